@@ -1,0 +1,146 @@
+"""The device profile schema: one YAML file per device, validated once at the edge.
+
+Every model forbids unknown keys: a typo in a profile (``accuracy_dorp``) must fail
+loudly instead of silently falling back to a default the user did not choose.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Format(str, Enum):
+    onnx = "onnx"
+    tflite = "tflite"
+    openvino = "openvino"
+    coreml = "coreml"
+    c = "c"
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    fp16 = "fp16"
+    int8 = "int8"
+
+
+class Device(Strict):
+    name: str
+    arch: Literal["x86_64", "aarch64", "armv7l", "cortex-m", "arm64-apple"]
+    cpu: str = "unknown"
+    cores: int = Field(1, ge=1, le=1024)
+    ram_mb: int = Field(..., gt=0)
+    accelerator: Literal["none", "gpu", "npu", "ane", "dsp", "vpu"] = "none"
+    os: Literal["linux", "macos", "ios", "android", "baremetal"] = "linux"
+
+
+class Ssh(Strict):
+    host: str = Field(..., description="host name or ~/.ssh/config alias")
+    user: str | None = None
+    port: int = Field(22, ge=1, le=65535)
+    identity: str | None = Field(None, description="private key file; default: agent + ~/.ssh")
+    workdir: str = "/tmp/edgesmith"
+    host_key: Literal["strict", "accept-new"] = "strict"
+    known_hosts: str | None = Field(None, description="default: ~/.ssh/known_hosts")
+    connect_timeout_s: float = Field(10.0, gt=0, le=600)
+    command_timeout_s: float = Field(600.0, gt=0, le=86400)
+    python: str = "python3"
+
+
+class Prune(Strict):
+    enabled: bool = False
+    ratio: float | None = Field(None, gt=0, lt=1, description="fraction of channels removed")
+    macs_reduction: float | None = Field(None, gt=0, lt=1, description="fraction of MACs removed")
+    importance: Literal["magnitude", "l2", "bn_scale", "taylor"] = "l2"
+    round_to: int | None = Field(None, ge=1, le=256)
+    ignored_layers: list[str] | None = Field(None, description="default: the classifier")
+    global_pruning: bool = False
+    finetune_epochs: int = Field(15, ge=0, le=1000)
+    lr: float = Field(0.01, gt=0)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> Prune:
+        if self.ratio is not None and self.macs_reduction is not None:
+            raise ValueError("set either ratio or macs_reduction, not both")
+        return self
+
+
+class Qat(Strict):
+    enabled: bool = False
+    epochs: int = Field(3, ge=0, le=1000)
+    lr: float = Field(1e-3, gt=0)
+    preset: Literal["performance", "mixed"] = "performance"
+    ignored_scopes: list[str] = Field(default_factory=list)
+
+
+class Calibration(Strict):
+    samples: int = Field(300, ge=1, le=1_000_000)
+    method: Literal["minmax", "percentile", "entropy", "mse"] = "minmax"
+    percentile: float = Field(99.99, gt=50, le=100)
+    per_channel: bool = True
+
+
+class Train(Strict):
+    optimizer: Literal["sgd", "adamw"] = "sgd"
+    batch_size: int = Field(64, ge=1, le=65536)
+    seed: int = 0
+    patience: int = Field(5, ge=1, description="epochs without val gain before early stop")
+
+
+class Compress(Strict):
+    prune: Prune = Prune()
+    qat: Qat = Qat()
+    calibration: Calibration = Calibration()
+    train: Train = Train()
+
+
+class TargetSpec(Strict):
+    format: Format
+    precision: Precision = Precision.fp32
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="format options, validated by the format's module"
+    )
+
+    @property
+    def name(self) -> str:
+        return f"{self.format.value}-{self.precision.value}"
+
+
+class Budgets(Strict):
+    latency_ms: float | None = Field(None, gt=0)
+    accuracy_drop: float | None = Field(None, ge=0, le=100, description="top-1 points vs FP32")
+    model_kb: float | None = Field(None, gt=0)
+    arena_kb: float | None = Field(None, gt=0)
+
+
+class Power(Strict):
+    max_steps: int | None = Field(None, ge=1, description="steps per slice of a duty cycle")
+    run_us: int | None = Field(None, ge=1, description="time budget per slice")
+    sleep_us: int = Field(0, ge=0, description="sleep between slices")
+    governor: str | None = None
+
+
+class Profile(Strict):
+    name: str
+    description: str = ""
+    device: Device
+    ssh: Ssh | None = None
+    compress: Compress = Compress()
+    targets: list[TargetSpec] = Field(..., min_length=1)
+    budgets: Budgets = Budgets()
+    power: Power = Power()
+
+    @model_validator(mode="after")
+    def _unique_targets(self) -> Profile:
+        seen: set[str] = set()
+        for t in self.targets:
+            if t.name in seen:
+                raise ValueError(f"target {t.name} is listed twice")
+            seen.add(t.name)
+        return self
