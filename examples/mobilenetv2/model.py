@@ -63,23 +63,42 @@ INPUT_SHAPE = (3, 64, 64)
 
 
 def build(seed: int = 0) -> nn.Module:
-    """Random-weight model, deterministic for a seed, with non-trivial BN statistics."""
+    """Random-weight model, deterministic for a seed, with BN statistics that fit its data.
+
+    BN running statistics are estimated on ``sample_data`` inputs (one pass in train
+    mode), as training would leave them; with the default mean 0 / var 1 the activations
+    collapse through the depth and every input gets the same logits.
+    """
     g = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
     model = MobileNetV2Style()
     for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
-            m.running_var.copy_(torch.rand(m.num_features, generator=g) * 0.5 + 0.75)
+        if isinstance(m, nn.Conv2d):  # torchvision's init
+            nn.init.kaiming_normal_(m.weight, mode="fan_out", generator=g)
+        elif isinstance(m, nn.BatchNorm2d):
             m.weight.data.copy_(torch.rand(m.num_features, generator=g) * 0.5 + 0.75)
             m.bias.data.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+            m.momentum = None  # cumulative average over the estimation pass
+        elif isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=0.1, generator=g)
+            nn.init.zeros_(m.bias)
+    model.train()
+    with torch.no_grad():
+        model(_inputs(128, seed + 7))
     return model.eval()
 
 
+def _inputs(n: int, seed: int) -> torch.Tensor:
+    """Smooth random images with per-sample colour offsets (white noise averages out)."""
+    g = torch.Generator().manual_seed(seed)
+    c, h, w = INPUT_SHAPE
+    coarse = torch.randn(n, c, h // 8, w // 8, generator=g)
+    x = nn.functional.interpolate(coarse, size=(h, w), mode="bilinear", align_corners=False)
+    return x + torch.randn(n, c, 1, 1, generator=g) + 0.1 * torch.randn(n, c, h, w, generator=g)
+
+
 def sample_data(n: int = 256, seed: int = 0):
-    """Random inputs and labels from the model itself, for calibration and parity checks."""
-    g = torch.Generator().manual_seed(seed + 1)
-    x = torch.randn(n, *INPUT_SHAPE, generator=g)
+    """Inputs and the model's own labels, for calibration and parity checks."""
+    x = _inputs(n, seed + 1)
     with torch.no_grad():
         y = build(seed)(x).argmax(1)
     return x.numpy(), y.numpy()
