@@ -1,0 +1,180 @@
+"""OpenVINO IR: ``.xml`` + ``.bin`` from the optimized ONNX, fp32 / fp16 / INT8.
+
+* fp32: ``openvino.convert_model`` as is; the IR keeps the ONNX layout (NCHW) and the
+  dynamic batch axis, so the runner feeds what the torch model takes.
+* fp16: the same graph saved with ``compress_to_fp16``: weights stored as f16 (half the
+  size); the CPU plugin decompresses them and computes in f32.
+* int8: when the profile ran QAT (``ctx.qdq_onnx``), its Q/DQ pairs become the IR's
+  FakeQuantize nodes, keeping the scales training learned; otherwise ``nncf.quantize``
+  calibrates the OV model on the shared calibration set (post-training).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from edgesmith.errors import ConversionError
+from edgesmith.pipeline.artifact import Artifact
+from edgesmith.pipeline.registry import CompatRule, ConvertContext, Runner, Target
+
+FORMAT = "openvino"
+
+
+class OpenVINOOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    device: str = Field("CPU", description="OpenVINO device the runner compiles for")
+    num_threads: int = Field(1, ge=0, le=256, description="inference threads; 0 = plugin default")
+    preset: Literal["performance", "mixed"] = Field(
+        "performance", description="nncf preset: symmetric (performance) or asymmetric "
+                                   "(mixed) activations")
+    fast_bias_correction: bool = True
+
+
+class OpenVINOTarget(Target):
+    format = FORMAT
+    precisions = ("fp32", "fp16", "int8")
+    Options = OpenVINOOptions
+    device_runtime = "openvino"
+    compat_rules: dict[str, CompatRule] = {}  # filled at the end of the module
+
+    def compat(self, op_type: str, attrs: dict[str, Any], precision: str) -> CompatRule:
+        if attrs.get("domain") not in (None, "", "ai.onnx"):
+            return CompatRule("unsupported", f"custom domain {attrs['domain']}: the OpenVINO "
+                                             "ONNX frontend reads standard ops only")
+        return self.compat_rules.get(op_type, self.default_rule)
+
+    def convert(self, ctx: ConvertContext) -> Artifact:
+        import openvino as ov
+
+        precision = getattr(ctx.target.precision, "value", ctx.target.precision)
+        ctx.out_dir.mkdir(parents=True, exist_ok=True)
+        xml = ctx.out_dir / "model.xml"
+        meta: dict[str, Any] = {"converter": f"openvino {ov.__version__}",
+                                "device": ctx.options.device,
+                                "num_threads": ctx.options.num_threads}
+        source = ctx.qdq_onnx if precision == "int8" and ctx.qdq_onnx is not None else None
+        with _captured(ctx, "nncf", "openvino"):
+            model = _stage(ctx, "conversion (openvino.convert_model)",
+                           lambda: ov.convert_model(str(source or ctx.fp32_onnx)))
+            if precision == "int8" and source is not None:
+                meta["source"] = "QAT export (Q/DQ pairs -> FakeQuantize)"
+            elif precision == "int8":
+                model = _stage(ctx, "int8 calibration (nncf.quantize)",
+                               lambda: _quantize(model, ctx))
+                meta["source"] = "post-training nncf.quantize"
+                meta["calibration"] = ctx.calib.summary()
+            else:
+                meta["source"] = "optimized export"
+            _stage(ctx, "save", lambda: ov.save_model(model, str(xml),
+                                                      compress_to_fp16=precision == "fp16"))
+        meta.update(_describe(xml))
+        ctx.log(f"openvino {precision}: {xml} ops={meta['ops']}")
+        return _ir_artifact(xml, precision, meta)
+
+    def runner(self, artifact: Artifact) -> Runner:
+        import openvino as ov
+
+        config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32"}
+        if artifact.meta.get("num_threads"):
+            config["INFERENCE_NUM_THREADS"] = int(artifact.meta["num_threads"])
+        compiled = ov.Core().compile_model(str(artifact.path),
+                                           artifact.meta.get("device", "CPU"), config)
+        request = compiled.create_infer_request()
+        out = compiled.output(0)
+
+        def run(x: np.ndarray) -> np.ndarray:
+            result = request.infer({0: np.ascontiguousarray(x, dtype=np.float32)})
+            return np.array(result[out], dtype=np.float32)
+
+        return run
+
+    def device_bench_spec(self, artifact: Artifact) -> dict[str, Any]:
+        spec = super().device_bench_spec(artifact)
+        spec["files"] = ["model.xml", "model.bin"]
+        spec["device"] = artifact.meta.get("device", "CPU")
+        return spec
+
+
+def _quantize(model, ctx: ConvertContext):
+    import nncf
+
+    calib = ctx.calib
+    dataset = nncf.Dataset(list(calib.batches(1)))
+    preset = (nncf.QuantizationPreset.MIXED if ctx.options.preset == "mixed"
+              else nncf.QuantizationPreset.PERFORMANCE)
+    if calib.method != "minmax":
+        ctx.log(f"note: nncf uses its own min/max statistics; method {calib.method} not applied")
+    return nncf.quantize(model, dataset, preset=preset, subset_size=calib.samples,
+                         fast_bias_correction=ctx.options.fast_bias_correction)
+
+
+def _stage(ctx: ConvertContext, stage: str, fn):
+    try:
+        return fn()
+    except ConversionError:
+        raise
+    except Exception as e:  # the library's own failure: name the format and the stage
+        import traceback
+
+        ctx.log(f"{FORMAT} {stage} failed:\n{traceback.format_exc()}")
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ConversionError(f"{type(e).__name__}: {first[:300]}",
+                              where=f"{FORMAT} {stage}",
+                              fix=f"full converter output in {ctx.log_path}") from None
+
+
+@contextlib.contextmanager
+def _captured(ctx: ConvertContext, *loggers: str):
+    """Send the libraries' Python logging to the target's log while converting."""
+    ctx.log_path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(ctx.log_path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(name)s %(levelname)s: %(message)s"))
+    saved = []
+    for name in loggers:
+        lg = logging.getLogger(name)
+        saved.append((lg, lg.propagate))
+        lg.addHandler(handler)
+        lg.propagate = False
+    try:
+        yield
+    finally:
+        for lg, propagate in saved:
+            lg.removeHandler(handler)
+            lg.propagate = propagate
+        handler.close()
+
+
+def _describe(xml: Path) -> dict[str, Any]:
+    import openvino as ov
+
+    model = ov.Core().read_model(str(xml))
+    ops: dict[str, int] = {}
+    for op in model.get_ops():
+        t = op.get_type_name()
+        if t not in ("Parameter", "Result", "Constant"):
+            ops[t] = ops.get(t, 0) + 1
+
+    def ports(items):
+        return [{"name": p.get_any_name(), "shape": str(p.get_partial_shape()),
+                 "dtype": p.get_element_type().get_type_name()} for p in items]
+
+    return {"inputs": ports(model.inputs), "outputs": ports(model.outputs), "ops": ops}
+
+
+def _ir_artifact(xml: Path, precision: str, meta: dict[str, Any]) -> Artifact:
+    """The artifact is both files: size and hash cover the weights as well as the graph."""
+    import hashlib
+
+    from edgesmith.pipeline.artifact import sha256_path
+
+    files = [xml, xml.with_suffix(".bin")]
+    digest = hashlib.sha256("".join(sha256_path(f) for f in files).encode()).hexdigest()
+    meta = {**meta, "size_bytes": sum(f.stat().st_size for f in files),
+            "weights_bytes": files[1].stat().st_size, "files": [f.name for f in files]}
+    return Artifact(path=xml, format=FORMAT, precision=precision, sha256=digest, meta=meta)
