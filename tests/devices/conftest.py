@@ -1,0 +1,164 @@
+"""A real OpenSSH server for the device tests, on 127.0.0.1 only, with throw-away keys.
+
+``sshd`` gives one server; ``sshd_factory`` starts as many as a test asks for (fleets).
+Each server has its own host key, its own authorized user key and its own config, and is
+killed together with every session it forked (one process group) when the test ends.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
+
+
+def _keygen(path: Path, comment: str) -> None:
+    subprocess.run(
+        [SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+        check=True, capture_output=True,
+    )
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class SshdServer:
+    """One running sshd and everything a client needs to reach it."""
+
+    host: str
+    port: int
+    user: str
+    identity: Path  # authorized private key
+    known_hosts: Path  # a file holding exactly this server's host key line
+    known_hosts_line: str
+    host_key_pub: str
+    root: Path
+    proc: subprocess.Popen | None = field(default=None, repr=False)
+
+    def ssh(self, **overrides):
+        """An ``ssh:`` profile block for this server (python = this interpreter)."""
+        from edgesmith.profiles.schema import Ssh
+
+        fields = {
+            "host": self.host, "port": self.port, "user": self.user,
+            "identity": str(self.identity), "known_hosts": str(self.known_hosts),
+            "workdir": str(self.root / "remote"), "python": sys.executable,
+            "connect_timeout_s": 5.0, "command_timeout_s": 120.0,
+        }
+        fields.update(overrides)
+        return Ssh(**fields)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """Kill the server and every session it forked (like pulling the device's plug)."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=10)
+
+
+def _start(root: Path, log: Path) -> SshdServer:
+    root.mkdir(parents=True, exist_ok=True)
+    host_key = root / "host_ed25519"
+    user_key = root / "user_ed25519"
+    _keygen(host_key, "edgesmith-test-host")
+    _keygen(user_key, "edgesmith-test-user")
+    authorized = root / "authorized_keys"
+    authorized.write_text((root / "user_ed25519.pub").read_text())
+    Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # privilege-separation dir
+    user = getpass.getuser()
+    host_pub = (root / "host_ed25519.pub").read_text().split()
+    for _attempt in range(5):
+        port = _free_port()
+        config = root / "sshd_config"
+        config.write_text(
+            "\n".join([
+                "ListenAddress 127.0.0.1",
+                f"Port {port}",
+                f"HostKey {host_key}",
+                f"AuthorizedKeysFile {authorized}",
+                f"PidFile {root / 'sshd.pid'}",
+                "UsePAM no",
+                "StrictModes no",
+                "PasswordAuthentication no",
+                "KbdInteractiveAuthentication no",
+                "PermitRootLogin prohibit-password",
+                f"AllowUsers {user}",
+                "Subsystem sftp internal-sftp",
+                "PrintMotd no",
+                "MaxStartups 64",
+                "LogLevel ERROR",
+                "",
+            ])
+        )
+        proc = subprocess.Popen(
+            [SSHD, "-D", "-e", "-f", str(config)],
+            stdout=subprocess.DEVNULL, stderr=log.open("ab"), start_new_session=True,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                    if s.recv(64).startswith(b"SSH-2.0"):
+                        break
+            except OSError:
+                time.sleep(0.02)
+        else:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            continue  # port taken between probe and bind, or a slow start: try another
+        line = f"[127.0.0.1]:{port} {host_pub[0]} {host_pub[1]}"
+        known = root / "known_hosts"
+        known.write_text(line + "\n")
+        return SshdServer(
+            host="127.0.0.1", port=port, user=user, identity=user_key, known_hosts=known,
+            known_hosts_line=line, host_key_pub=f"{host_pub[0]} {host_pub[1]}", root=root,
+            proc=proc,
+        )
+    raise RuntimeError(f"sshd did not start; see {log}")
+
+
+@pytest.fixture
+def sshd_factory(tmp_path: Path) -> Iterator[Callable[[], SshdServer]]:
+    """Start any number of loopback sshd servers; all are killed after the test."""
+    if not Path(SSHD).exists():
+        pytest.skip("OpenSSH server missing: apt-get install -y openssh-server (make setup)")
+    servers: list[SshdServer] = []
+
+    def start() -> SshdServer:
+        server = _start(tmp_path / f"sshd{len(servers)}", tmp_path / "sshd.log")
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.kill()
+
+
+@pytest.fixture
+def sshd(sshd_factory: Callable[[], SshdServer]) -> SshdServer:
+    return sshd_factory()
