@@ -1,0 +1,297 @@
+"""A small, honest training loop: fine-tuning after pruning and during QAT.
+
+One loop for one process and for ``torchrun --nproc-per-node N`` (DistributedDataParallel
+on gloo, CPU). Under torchrun each rank reads its share of the training split through a
+``DistributedSampler`` (which pads the last share by repeating a few samples, so every rank
+runs the same number of steps and no rank waits forever on a collective); the per-rank
+batch is ``batch_size // world_size`` so the global batch, and so the learning-rate
+schedule, is the same as a single process's. Rank 0 alone evaluates, reports progress and
+writes checkpoints; its verdicts (accuracy, stop) are broadcast so the ranks never diverge.
+
+Run it distributed:
+
+    torchrun --nproc-per-node 2 -m edgesmith.compress.train \\
+        --model examples/digits/model.py:build --data digits --epochs 10 --out run.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from edgesmith.errors import UsageError
+
+Progress = Callable[[dict[str, Any]], None]
+
+
+# --- distributed helpers ---------------------------------------------------------------
+
+def _dist() -> Any | None:
+    """torch.distributed when this process is one of several ranks, else None."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return None
+    if dist.is_initialized():
+        return dist if dist.get_world_size() > 1 else None
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        dist.init_process_group("gloo")
+        return dist
+    return None
+
+
+def rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def world_size() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _broadcast_float(dist: Any | None, value: float) -> float:
+    if dist is None:
+        return value
+    t = torch.tensor([value], dtype=torch.float64)
+    dist.broadcast(t, src=0)
+    return float(t.item())
+
+
+def _broadcast_state(dist: Any | None, model: nn.Module) -> None:
+    """Make every rank hold rank 0's parameters and buffers (BN statistics included)."""
+    if dist is None:
+        return
+    with torch.no_grad():
+        for t in list(model.parameters()) + list(model.buffers()):
+            dist.broadcast(t.data, src=0)
+
+
+# --- evaluation ------------------------------------------------------------------------
+
+def predict(model: nn.Module, x: np.ndarray | torch.Tensor, batch_size: int = 512) -> np.ndarray:
+    """Logits of ``model`` on ``x`` in eval mode (the caller's mode is restored)."""
+    was_training = model.training
+    model.eval()
+    xt = torch.as_tensor(np.asarray(x, dtype=np.float32))
+    outs = []
+    try:
+        with torch.no_grad():
+            for i in range(0, len(xt), batch_size):
+                outs.append(model(xt[i:i + batch_size]).float().cpu().numpy())
+    finally:
+        model.train(was_training)
+    return np.concatenate(outs) if outs else np.zeros((0,), np.float32)
+
+
+def accuracy(logits: np.ndarray, y: np.ndarray) -> float:
+    """Top-1 accuracy in 0..1."""
+    if len(y) == 0:
+        return 0.0
+    return float((np.asarray(logits).argmax(axis=1) == np.asarray(y)).mean())
+
+
+def evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = 512) -> float:
+    """Top-1 accuracy (0..1) of ``model`` on ``(x, y)``."""
+    return accuracy(predict(model, x, batch_size), y)
+
+
+# --- training --------------------------------------------------------------------------
+
+def _optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=5e-4, nesterov=True)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=1e-4)
+    raise UsageError(f"unknown optimizer {name!r}", fix="use sgd or adamw")
+
+
+def _loader(x: np.ndarray, y: np.ndarray, batch_size: int, seed: int, dist: Any | None):
+    ds = torch.utils.data.TensorDataset(torch.as_tensor(x, dtype=torch.float32),
+                                        torch.as_tensor(y, dtype=torch.long))
+    if dist is None:
+        g = torch.Generator().manual_seed(seed)
+        return torch.utils.data.DataLoader(ds, batch_size=batch_size, shuffle=True, generator=g,
+                                           drop_last=False), None
+    from torch.utils.data.distributed import DistributedSampler
+
+    # drop_last=False pads every rank's share to ceil(N / world): equal step counts on all
+    # ranks whatever N is, so the gradient all-reduce never waits on a rank that finished.
+    sampler = DistributedSampler(ds, shuffle=True, seed=seed, drop_last=False)
+    per_rank = max(1, batch_size // dist.get_world_size())
+    return torch.utils.data.DataLoader(ds, batch_size=per_rank, sampler=sampler,
+                                       drop_last=False), sampler
+
+
+def _state(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def fit(
+    model: nn.Module,
+    splits: Any,
+    *,
+    epochs: int,
+    lr: float,
+    optimizer: str = "sgd",
+    batch_size: int = 64,
+    seed: int = 0,
+    patience: int = 5,
+    progress: Progress | None = None,
+    checkpoint: Path | None = None,
+) -> dict[str, Any]:
+    """Train ``model`` in place on ``splits.train_*``; keep the weights of the best val epoch.
+
+    Returns ``{epochs, epochs_run, best_epoch, val_accuracy_before, best_val_accuracy,
+    history: [{epoch, loss, val_accuracy, lr}], seconds, world_size}``. ``progress`` (rank 0
+    only) is called with ``{"epoch", "epochs", "loss", "val_accuracy", "lr"}`` after each
+    epoch. ``checkpoint`` (rank 0 only) receives the best state dict whenever it improves.
+    """
+    if epochs < 0:
+        raise UsageError(f"epochs must be >= 0, got {epochs}")
+    if lr <= 0 or not math.isfinite(lr):
+        raise UsageError(f"learning rate must be a positive number, got {lr}")
+    dist = _dist()
+    is_main = rank() == 0
+    torch.manual_seed(seed)
+    start = time.perf_counter()
+
+    before = _broadcast_float(dist, evaluate(model, splits.val_x, splits.val_y) if is_main else 0)
+    result: dict[str, Any] = {
+        "epochs": epochs, "epochs_run": 0, "best_epoch": 0, "val_accuracy_before": before,
+        "best_val_accuracy": before, "history": [], "world_size": world_size(),
+    }
+    if epochs == 0:
+        result["seconds"] = round(time.perf_counter() - start, 3)
+        return result
+
+    net: nn.Module = model
+    if dist is not None:
+        _broadcast_state(dist, model)
+        net = nn.parallel.DistributedDataParallel(model)
+    loader, sampler = _loader(splits.train_x, splits.train_y, batch_size, seed, dist)
+    opt = _optimizer(optimizer, [p for p in model.parameters() if p.requires_grad], lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, epochs * len(loader)))
+    loss_fn = nn.CrossEntropyLoss()
+    # Epoch 0 is "as given": fine-tuning must not hand back something worse than its input.
+    best, best_state, stale = before, _state(model), 0
+
+    for epoch in range(1, epochs + 1):
+        if sampler is not None:
+            sampler.set_epoch(epoch)
+        net.train()
+        total, count = 0.0, 0
+        for xb, yb in loader:
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(net(xb), yb)
+            loss.backward()
+            opt.step()
+            sched.step()
+            total += float(loss.detach()) * len(yb)
+            count += len(yb)
+        if dist is not None:
+            t = torch.tensor([total, count], dtype=torch.float64)
+            dist.all_reduce(t)
+            total, count = float(t[0]), int(t[1])
+            _broadcast_state(dist, model)  # BN statistics differ per rank; rank 0's win
+        acc = _broadcast_float(dist, evaluate(model, splits.val_x, splits.val_y) if is_main else 0)
+        mean_loss = total / max(1, count)
+        lr_now = opt.param_groups[0]["lr"]
+        result["history"].append({"epoch": epoch, "loss": round(mean_loss, 6),
+                                  "val_accuracy": acc, "lr": lr_now})
+        result["epochs_run"] = epoch
+        if acc > best:
+            best, best_state, stale = acc, _state(model), 0
+            result["best_epoch"] = epoch
+            if is_main and checkpoint is not None:
+                from edgesmith.pipeline.artifact import write_bytes_atomic
+
+                write_bytes_atomic(Path(checkpoint), _to_bytes(best_state))
+        else:
+            stale += 1
+        if is_main and progress is not None:
+            progress({"epoch": epoch, "epochs": epochs, "loss": mean_loss,
+                      "val_accuracy": acc, "lr": lr_now})
+        if stale >= patience:
+            break
+
+    model.load_state_dict(best_state)
+    model.eval()
+    result["best_val_accuracy"] = best
+    result["seconds"] = round(time.perf_counter() - start, 3)
+    return result
+
+
+def _to_bytes(state: dict[str, torch.Tensor]) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    return buf.getvalue()
+
+
+# --- torchrun entry point --------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    """``torchrun ... -m edgesmith.compress.train``: train a model, rank 0 writes the results."""
+    p = argparse.ArgumentParser(prog="python -m edgesmith.compress.train",
+                                description="Train/fine-tune a model, optionally under torchrun.")
+    p.add_argument("--model", required=True, help="file.py:callable, module:callable or .pt")
+    p.add_argument("--arch", default=None, help="architecture for a state-dict .pt")
+    p.add_argument("--data", default="digits")
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--patience", type=int, default=5)
+    p.add_argument("--out", type=Path, required=True, help="JSON results (rank 0)")
+    p.add_argument("--save", type=Path, default=None, help="state dict of the best epoch (rank 0)")
+    args = p.parse_args(argv)
+
+    from edgesmith.pipeline import data as data_mod
+    from edgesmith.pipeline import model as model_mod
+
+    from edgesmith.errors import EdgesmithError
+
+    try:
+        loaded = model_mod.load(args.model, arch=args.arch)
+        if loaded.torch_model is None or loaded.kind != "torch":
+            raise UsageError(f"{args.model} is not a trainable torch module")
+        splits = data_mod.load(args.data, seed=args.seed)
+        res = fit(loaded.torch_model, splits, epochs=args.epochs, lr=args.lr,
+                  optimizer=args.optimizer, batch_size=args.batch_size, seed=args.seed,
+                  patience=args.patience, checkpoint=args.save)
+    except EdgesmithError as e:
+        print(f"error: {e.message()}", file=sys.stderr)
+        return e.exit_code
+    if rank() == 0:
+        from edgesmith.pipeline.artifact import write_json_atomic
+
+        res["train_samples"] = len(splits.train_x)
+        write_json_atomic(args.out, res)
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["accuracy", "evaluate", "fit", "predict", "rank", "world_size"]
