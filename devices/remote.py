@@ -1,0 +1,683 @@
+#!/usr/bin/env python3
+"""edgesmith's on-device bench script: uploaded as one file, run with the device's python.
+
+It imports nothing from edgesmith and nothing outside the standard library except the
+runtime of the format it measures (and numpy, which every Python runtime needs anyway);
+the C path is pure stdlib. It must run on old device images, so it stays Python 3.8
+compatible: no ``match``, no ``X | Y`` types, no ``str.removeprefix``.
+
+    python3 edgesmith_remote.py verify files.json
+        check the uploaded files (size + sha256) and describe this device
+    python3 edgesmith_remote.py bench --format onnx --model DIR/model.onnx \
+        --input data/bench_input.npy --reference data/bench_reference.npy --runs 100
+        measure one target: warm-up + N timed runs, parity against the host reference
+
+Each command prints exactly one JSON document on stdout (anything a runtime prints goes
+to stderr) and exits 0 whenever it printed one, failures included: a device that lacks a
+runtime is a result ("missing_runtime", naming the package), not a crash.
+"""
+
+# ruff: noqa: B905  (zip(strict=) is Python 3.10+; this file runs on 3.8 devices)
+import argparse
+import array
+import ast
+import glob
+import hashlib
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+SCHEMA = 1
+
+PACKAGES = {
+    "onnx": "onnxruntime (pip install onnxruntime)",
+    "tflite": "ai-edge-litert (pip install ai-edge-litert; or tflite-runtime)",
+    "openvino": "openvino (pip install openvino)",
+    "coreml": "coremltools (pip install coremltools; prediction needs macOS)",
+    "c": "make and a C compiler (e.g. apt-get install build-essential)",
+}
+
+
+class Missing(Exception):
+    """The device lacks what this format needs; the message names the package."""
+
+
+class Unsupported(Exception):
+    """This format cannot run on this kind of device at all."""
+
+
+class DeadlineExceeded(Exception):
+    pass
+
+
+# -- .npy without numpy --------------------------------------------------------------------
+def read_npy(path):
+    """(shape, flat list of floats) of a little- or big-endian float32/float64 C-order .npy."""
+    with open(path, "rb") as f:
+        if f.read(6) != b"\x93NUMPY":
+            raise ValueError(f"{path} is not a .npy file")
+        major = f.read(2)[0]
+        size = f.read(2 if major == 1 else 4)
+        header_len = int.from_bytes(size, "little")
+        header = ast.literal_eval(f.read(header_len).decode("latin1"))
+        descr, shape = header["descr"], tuple(header["shape"])
+        if header.get("fortran_order"):
+            raise ValueError(f"{path}: Fortran-order arrays are not supported")
+        codes = {"f4": "f", "f8": "d"}
+        if descr[1:] not in codes:
+            raise ValueError(f"{path}: dtype {descr} is not float32/float64")
+        data = array.array(codes[descr[1:]])
+        data.frombytes(f.read())
+    if (descr[0] == ">") != (sys.byteorder == "big"):
+        data.byteswap()
+    count = 1
+    for d in shape:
+        count *= d
+    if len(data) != count:
+        raise ValueError(f"{path} is truncated ({len(data)} of {count} values)")
+    return shape, list(data)
+
+
+def split_samples(shape, flat):
+    n = shape[0] if shape else 1
+    per = len(flat) // max(n, 1)
+    return [flat[i * per:(i + 1) * per] for i in range(n)], tuple(shape[1:])
+
+
+# -- figures -----------------------------------------------------------------------------------
+def percentile(sorted_vals, q):
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not sorted_vals:
+        return None
+    pos = (len(sorted_vals) - 1) * q / 100.0
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, len(sorted_vals) - 1)
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
+
+
+def latency_figures(ns):
+    ms = sorted(t / 1e6 for t in ns)
+    return {"p50": percentile(ms, 50), "p90": percentile(ms, 90), "p99": percentile(ms, 99),
+            "min": ms[0], "max": ms[-1], "mean": sum(ms) / len(ms)}
+
+
+def argmax(v):
+    best = 0
+    for i in range(1, len(v)):
+        if v[i] > v[best]:
+            best = i
+    return best
+
+
+def parity(outputs, references):
+    """max |a-b|, cosine over everything, and top-1 agreement per sample."""
+    max_abs, dot, na, nb, agree = 0.0, 0.0, 0.0, 0.0, 0
+    for out, ref in zip(outputs, references):
+        if len(out) != len(ref):
+            raise ValueError(f"output has {len(out)} values, the reference {len(ref)}")
+        for a, b in zip(out, ref):
+            max_abs = max(max_abs, abs(a - b))
+            dot += a * b
+            na += a * a
+            nb += b * b
+        agree += argmax(out) == argmax(ref)
+    cosine = dot / math.sqrt(na * nb) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
+    return {"max_abs_err": max_abs, "cosine": cosine,
+            "top1_agreement": agree / len(references) if references else None,
+            "samples": len(references)}
+
+
+def rss_mb(rusage_maxrss):
+    # Linux reports KiB, macOS bytes
+    return rusage_maxrss / (1024.0 * 1024.0) if sys.platform == "darwin" else rusage_maxrss / 1024.0
+
+
+def self_peak_rss_mb():
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return None
+    return rss_mb(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+# -- energy (RAPL through powercap; "unavailable" is a normal answer) ---------------------------
+def rapl_zones(root):
+    return sorted(z for z in glob.glob(os.path.join(root, "intel-rapl:*"))
+                  if os.path.basename(z).count(":") == 1)
+
+
+def read_energy_uj(root):
+    """{zone: (energy_uj, max_range_uj)} for every package zone, or a reason string."""
+    zones = rapl_zones(root)
+    if not zones:
+        return f"no RAPL counters under {root}"
+    out = {}
+    for z in zones:
+        try:
+            with open(os.path.join(z, "energy_uj")) as f:
+                e = int(f.read().strip())
+            try:
+                with open(os.path.join(z, "max_energy_range_uj")) as f:
+                    rng = int(f.read().strip())
+            except OSError:
+                rng = 0
+        except PermissionError:
+            return "RAPL counters need root (energy_uj is not readable)"
+        except (OSError, ValueError) as e:
+            return f"cannot read {z}: {e}"
+        out[z] = (e, rng)
+    return out
+
+
+def energy_joules(before, after):
+    """Sum of per-zone deltas in joules, counting one wrap-around of each counter."""
+    total = 0
+    for zone, (e0, rng) in before.items():
+        e1 = after[zone][0]
+        d = e1 - e0
+        if d < 0:
+            d += rng if rng > 0 else 0
+        total += d
+    return total / 1e6
+
+
+# -- runtimes: each returns (runtime name, version, prepare(flat) -> feed, run(feed) -> list) --
+def _np():
+    try:
+        import numpy
+    except ImportError:
+        raise Missing("numpy is not installed on this device (pip install numpy)") from None
+    return numpy
+
+
+def _version(dist, module=None):
+    try:
+        from importlib import metadata
+        return metadata.version(dist)
+    except Exception:
+        return getattr(module, "__version__", None)
+
+
+def load_onnx(args, sample_shape):
+    np = _np()
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise Missing(PACKAGES["onnx"]) from None
+    so = ort.SessionOptions()
+    if args.threads:
+        so.intra_op_num_threads = args.threads
+    so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(args.model, so, providers=["CPUExecutionProvider"])
+    inp = sess.get_inputs()[0]
+    dtype = np.float16 if inp.type == "tensor(float16)" else np.float32
+    name = inp.name
+
+    def prepare(flat):
+        return np.asarray(flat, dtype=dtype).reshape((1,) + sample_shape)
+
+    def run(feed):
+        return sess.run(None, {name: feed})[0]
+
+    def to_list(out):
+        return np.asarray(out, dtype=np.float64).ravel().tolist()
+
+    return "onnxruntime", _version("onnxruntime", ort), prepare, run, to_list
+
+
+def _tflite_interpreter():
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+        return "ai-edge-litert", _version("ai-edge-litert"), Interpreter
+    except ImportError:
+        pass
+    try:
+        from tflite_runtime.interpreter import Interpreter
+        return "tflite-runtime", _version("tflite-runtime"), Interpreter
+    except ImportError:
+        pass
+    raise Missing(PACKAGES["tflite"])
+
+
+def load_tflite(args, sample_shape):
+    np = _np()
+    name, version, Interpreter = _tflite_interpreter()
+    interp = Interpreter(model_path=args.model, num_threads=args.threads or None)
+    interp.allocate_tensors()
+    inp = interp.get_input_details()[0]
+    out = interp.get_output_details()[0]
+    want = tuple(int(d) for d in inp["shape"][1:])
+
+    def prepare(flat):
+        x = np.asarray(flat, dtype=np.float32).reshape((1,) + sample_shape)
+        if x.ndim >= 3 and tuple(x.shape[1:]) != want:
+            moved = np.moveaxis(x, 1, -1)  # NCHW -> NHWC, what onnx2tf models take
+            if tuple(moved.shape[1:]) == want:
+                x = np.ascontiguousarray(moved)
+        if inp["dtype"] in (np.int8, np.uint8):
+            scale, zero = inp["quantization"]
+            info = np.iinfo(inp["dtype"])
+            x = np.clip(np.round(x / scale + zero), info.min, info.max)
+        return x.astype(inp["dtype"])
+
+    def run(feed):
+        interp.set_tensor(inp["index"], feed)
+        interp.invoke()
+        return interp.get_tensor(out["index"])
+
+    def to_list(y):
+        y = np.asarray(y)
+        if out["dtype"] in (np.int8, np.uint8):
+            scale, zero = out["quantization"]
+            y = (y.astype(np.float64) - zero) * scale
+        if y.ndim >= 3:
+            y = np.moveaxis(y, -1, 1)  # channels-last outputs back to the ONNX layout
+        return np.asarray(y, dtype=np.float64).ravel().tolist()
+
+    return name, version, prepare, run, to_list
+
+
+def load_openvino(args, sample_shape):
+    np = _np()
+    try:
+        import openvino as ov
+        core = ov.Core()
+    except (ImportError, AttributeError):
+        try:
+            from openvino.runtime import Core
+            core = Core()
+        except ImportError:
+            raise Missing(PACKAGES["openvino"]) from None
+    config = {"PERFORMANCE_HINT": "LATENCY"}
+    if args.threads:
+        config["INFERENCE_NUM_THREADS"] = args.threads
+    compiled = core.compile_model(core.read_model(args.model), "CPU", config)
+    request = compiled.create_infer_request()
+
+    def prepare(flat):
+        return np.asarray(flat, dtype=np.float32).reshape((1,) + sample_shape)
+
+    def run(feed):
+        request.infer({0: feed})
+        return request.get_output_tensor(0).data
+
+    def to_list(y):
+        return np.asarray(y, dtype=np.float64).ravel().tolist()
+
+    return "openvino", _version("openvino"), prepare, run, to_list
+
+
+def load_coreml(args, sample_shape):
+    if platform.system() != "Darwin":
+        raise Unsupported(f"Core ML prediction needs macOS; this device runs {platform.system()}")
+    np = _np()
+    try:
+        import coremltools as ct
+    except ImportError:
+        raise Missing(PACKAGES["coreml"]) from None
+    model = ct.models.MLModel(args.model)
+    desc = model.get_spec().description
+    in_name, out_name = desc.input[0].name, desc.output[0].name
+
+    def prepare(flat):
+        return {in_name: np.asarray(flat, dtype=np.float32).reshape((1,) + sample_shape)}
+
+    def run(feed):
+        return model.predict(feed)[out_name]
+
+    def to_list(y):
+        return np.asarray(y, dtype=np.float64).ravel().tolist()
+
+    return "coremltools", _version("coremltools", ct), prepare, run, to_list
+
+
+LOADERS = {"onnx": load_onnx, "tflite": load_tflite, "openvino": load_openvino,
+           "coreml": load_coreml}
+# imported (and timed) before the load, so load_ms is the model's cost, not the library's
+IMPORTS = {"onnx": ("onnxruntime",), "tflite": ("ai_edge_litert.interpreter",
+                                                "tflite_runtime.interpreter"),
+           "openvino": ("openvino",), "coreml": ("coremltools",)}
+
+
+def import_runtime(fmt):
+    import importlib
+
+    for name in IMPORTS.get(fmt, ()):
+        try:
+            importlib.import_module(name)
+            return
+        except ImportError:
+            continue
+
+
+def bench_python(args, result, samples, sample_shape, references):
+    t0 = time.perf_counter()
+    loader = LOADERS[args.format]
+    _np()
+    t_import = time.perf_counter()
+    import_runtime(args.format)
+    result["import_ms"] = (time.perf_counter() - t_import) * 1e3
+    result["rss_before_load_mb"] = self_peak_rss_mb()
+    t_load = time.perf_counter()
+    name, version, prepare, run, to_list = loader(args, sample_shape)
+    result["load_ms"] = (time.perf_counter() - t_load) * 1e3
+    result["runtime"] = {"name": name, "version": version}
+    feeds = [prepare(s) for s in samples]
+    outputs = [to_list(run(f)) for f in feeds]  # the parity pass doubles as first warm-up
+    result["parity"] = parity(outputs, references)
+    for i in range(args.warmup):
+        run(feeds[i % len(feeds)])
+    energy0 = read_energy_uj(args.energy_root)
+    times = []
+    clock = time.perf_counter_ns
+    wall0 = clock()
+    for i in range(args.runs):
+        feed = feeds[i % len(feeds)]
+        t = clock()
+        run(feed)
+        times.append(clock() - t)
+    wall = (clock() - wall0) / 1e9
+    energy1 = read_energy_uj(args.energy_root)
+    result["latency_ms"] = latency_figures(times)
+    result["throughput_ips"] = args.runs / wall if wall > 0 else None
+    result["peak_rss_mb"] = self_peak_rss_mb()
+    if isinstance(energy0, dict) and isinstance(energy1, dict):
+        result["energy_j_per_inference"] = energy_joules(energy0, energy1) / args.runs
+        result["energy_source"] = "rapl (whole package, includes other load)"
+    else:
+        result["energy_source"] = "unavailable: %s" % (energy0 if isinstance(energy0, str)
+                                                         else energy1)
+    result["seconds"] = time.perf_counter() - t0
+
+
+# -- C: build the uploaded sources, run edgesmith_bench ---------------------------------------
+def _vm_hwm_mb(pid):
+    """The child's own peak RSS from /proc (Linux). ru_maxrss of a vfork'd child also
+    counts the parent's memory at exec time, which would charge python to the C runtime."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def run_child(argv, cwd, timeout, stdout_path):
+    """Run a child, return (exit code, stdout text, stderr tail, its own peak RSS in MB)."""
+    err_path = stdout_path + ".err"
+    peak = None
+    with open(stdout_path, "wb") as out, open(err_path, "wb") as err:
+        p = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err)
+        limit = time.monotonic() + timeout
+        try:
+            while True:
+                if hasattr(os, "wait4"):
+                    pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+                    if pid:
+                        p.returncode = (-os.WTERMSIG(status) if os.WIFSIGNALED(status)
+                                        else os.WEXITSTATUS(status))
+                        if peak is None:
+                            peak = rss_mb(usage.ru_maxrss)
+                        break
+                elif p.poll() is not None:
+                    break
+                hwm = _vm_hwm_mb(p.pid)
+                if hwm is not None:
+                    peak = hwm
+                if time.monotonic() > limit:
+                    p.kill()
+                    p.wait()
+                    raise DeadlineExceeded(f"{argv[0]} ran past {timeout:.0f} s")
+                time.sleep(0.02)
+        finally:
+            if p.returncode is None:  # interrupted (deadline alarm): do not leave it running
+                p.kill()
+                p.wait()
+    with open(stdout_path, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    with open(err_path, encoding="utf-8", errors="replace") as f:
+        err_text = f.read()[-2000:]
+    return p.returncode, text, err_text, peak
+
+
+def last_json_line(text):
+    for line in reversed(text.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    return None
+
+
+def write_raw(path, flat):
+    data = array.array("f", flat)
+    if sys.byteorder == "big":
+        data.byteswap()
+    with open(path, "wb") as f:
+        f.write(data.tobytes())
+
+
+def read_raw(path):
+    data = array.array("f")
+    with open(path, "rb") as f:
+        data.frombytes(f.read())
+    if sys.byteorder == "big":
+        data.byteswap()
+    return list(data)
+
+
+def bench_c(args, result, samples, sample_shape, references, deadline):
+    t0 = time.perf_counter()
+    folder = os.path.abspath(args.model)
+    exe = os.path.join(folder, "edgesmith_bench")
+    if os.path.exists(os.path.join(folder, "Makefile")):
+        if shutil.which("make") is None:
+            if not os.access(exe, os.X_OK):
+                raise Missing(PACKAGES["c"])
+        else:
+            t_build = time.perf_counter()
+            code, out, err, _ = run_child(["make"], folder, remaining(deadline),
+                                          os.path.join(folder, ".make.log"))
+            result["build_s"] = time.perf_counter() - t_build
+            if code != 0:
+                tail = (out + err).strip().splitlines()[-15:]
+                if "not found" in err and ("cc" in err or "gcc" in err):
+                    raise Missing(PACKAGES["c"])
+                raise RuntimeError("make failed (exit {}):\n{}".format(code, "\n".join(tail)))
+    if not os.access(exe, os.X_OK):
+        raise RuntimeError(f"no executable edgesmith_bench in {folder} after the build")
+    result["runtime"] = {"name": "edgesmith C runtime", "version": None}
+    weights = args.weights or ("weights.bin" if os.path.exists(
+        os.path.join(folder, "weights.bin")) else None)
+    base = [exe] + (["--weights", os.path.join(folder, weights)] if weights else [])
+    in_raw, out_raw = os.path.join(folder, ".in.raw"), os.path.join(folder, ".out.raw")
+    outputs = []
+    for s in samples:
+        write_raw(in_raw, s)
+        code, out, err, _ = run_child(base + ["--input", in_raw, "--output", out_raw,
+                                              "--runs", "1", "--warmup", "0"],
+                                      folder, remaining(deadline), in_raw + ".log")
+        if code != 0:
+            raise RuntimeError(f"edgesmith_bench failed (exit {code}): {err.strip()}")
+        outputs.append(read_raw(out_raw))
+    result["parity"] = parity(outputs, references)
+    write_raw(in_raw, samples[0])
+    energy0 = read_energy_uj(args.energy_root)
+    code, out, err, peak = run_child(
+        base + ["--input", in_raw, "--output", out_raw, "--runs", str(args.runs),
+                "--warmup", str(args.warmup)], folder, remaining(deadline), in_raw + ".log")
+    energy1 = read_energy_uj(args.energy_root)
+    if code != 0:
+        raise RuntimeError(f"edgesmith_bench failed (exit {code}): {err.strip()}")
+    figures = last_json_line(out)
+    if figures is None or "latency_ms" not in figures:
+        raise RuntimeError(f"edgesmith_bench printed no JSON result line: {out[-300:]!r}")
+    lat = figures["latency_ms"]
+    result["latency_ms"] = {k: lat.get(k) for k in ("p50", "p90", "p99", "min", "max", "mean")
+                            if lat.get(k) is not None}
+    mean = lat.get("mean") or lat.get("p50")
+    result["throughput_ips"] = 1e3 / mean if mean else None
+    result["peak_rss_mb"] = peak
+    result["c"] = {k: figures.get(k) for k in ("arena_bytes", "weights_bytes", "runs")}
+    if figures.get("energy_j_per_inference") is not None:
+        result["energy_j_per_inference"] = figures["energy_j_per_inference"]
+        result["energy_source"] = "edgesmith_bench power hooks"
+    elif isinstance(energy0, dict) and isinstance(energy1, dict):
+        result["energy_source"] = "unavailable: RAPL readable, but it would include process start"
+    else:
+        result["energy_source"] = "unavailable: %s" % (energy0 if isinstance(energy0, str)
+                                                         else energy1)
+    result["seconds"] = time.perf_counter() - t0
+
+
+def remaining(deadline):
+    return max(1.0, deadline - time.monotonic())
+
+
+# -- commands ---------------------------------------------------------------------------------
+def system_info():
+    import importlib.util
+
+    runtimes = {}
+    for module, dist in (("numpy", "numpy"), ("onnxruntime", "onnxruntime"),
+                         ("ai_edge_litert", "ai-edge-litert"),
+                         ("tflite_runtime", "tflite-runtime"), ("openvino", "openvino"),
+                         ("coremltools", "coremltools")):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        runtimes[dist] = _version(dist) if found else None
+    return {
+        "hostname": platform.node(), "system": platform.system(),
+        "release": platform.release(), "machine": platform.machine(),
+        "python": platform.python_version(), "cpu_count": os.cpu_count(),
+        "runtimes": runtimes,
+        "make": shutil.which("make") is not None,
+        "cc": next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None),
+    }
+
+
+def cmd_verify(args):
+    with open(args.files) as f:
+        expected = json.load(f)
+    problems = []
+    for rel, (size, digest) in sorted(expected.items()):
+        path = os.path.join(os.path.dirname(os.path.abspath(args.files)), rel)
+        if not os.path.isfile(path):
+            problems.append(f"{rel}: missing")
+            continue
+        if os.path.getsize(path) != size:
+            problems.append(f"{rel}: {os.path.getsize(path)} bytes, expected {size}")
+            continue
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        if h.hexdigest() != digest:
+            problems.append(f"{rel}: sha256 differs")
+    return {"schema": SCHEMA, "ok": not problems, "problems": problems,
+            "system": system_info()}
+
+
+def cmd_bench(args):
+    result = {"schema": SCHEMA, "name": args.name, "format": args.format,
+              "precision": args.precision, "status": "error", "message": None,
+              "threads": args.threads, "runs": args.runs, "warmup": args.warmup,
+              "latency_ms": None, "peak_rss_mb": None, "energy_j_per_inference": None}
+    deadline = time.monotonic() + args.timeout
+
+    def on_alarm(signum, frame):
+        raise DeadlineExceeded(f"bench ran past its {args.timeout:.0f} s limit")
+
+    if hasattr(signal, "SIGALRM"):
+        signal.signal(signal.SIGALRM, on_alarm)
+        signal.alarm(max(1, int(args.timeout)))
+    try:
+        shape, flat = read_npy(args.input)
+        samples, sample_shape = split_samples(shape, flat)
+        ref_shape, ref_flat = read_npy(args.reference)
+        references, _ = split_samples(ref_shape, ref_flat)
+        if len(references) != len(samples) or not samples:
+            raise ValueError(f"bench input has {len(samples)} samples, "
+                             f"the reference {len(references)}")
+        if args.format == "c":
+            bench_c(args, result, samples, sample_shape, references, deadline)
+        elif args.format in LOADERS:
+            bench_python(args, result, samples, sample_shape, references)
+        else:
+            raise Unsupported(f"unknown format {args.format!r}")
+        result["status"] = "ok"
+    except Missing as e:
+        result["status"] = "missing_runtime"
+        result["message"] = f"missing on this device: {e}"
+    except Unsupported as e:
+        result["status"] = "unsupported"
+        result["message"] = str(e)
+    except DeadlineExceeded as e:
+        result["message"] = str(e)
+    except Exception as e:  # report every other failure as data, with its type
+        result["message"] = f"{type(e).__name__}: {e}"
+    finally:
+        if hasattr(signal, "SIGALRM"):
+            signal.alarm(0)
+    return result
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(prog="edgesmith_remote.py")
+    sub = p.add_subparsers(dest="command")
+    v = sub.add_parser("verify")
+    v.add_argument("files")
+    b = sub.add_parser("bench")
+    b.add_argument("--format", required=True)
+    b.add_argument("--precision", default="fp32")
+    b.add_argument("--name", default=None)
+    b.add_argument("--model", required=True, help="model file, or the C source folder")
+    b.add_argument("--weights", default=None, help="C: weights file inside the folder")
+    b.add_argument("--input", required=True)
+    b.add_argument("--reference", required=True)
+    b.add_argument("--runs", type=int, default=100)
+    b.add_argument("--warmup", type=int, default=10)
+    b.add_argument("--threads", type=int, default=0)
+    b.add_argument("--timeout", type=float, default=600.0)
+    b.add_argument("--energy-root", default="/sys/class/powercap")
+    args = p.parse_args(argv)
+    if args.command is None:
+        p.error("give a command: verify or bench")
+    if args.command == "bench":
+        args.runs = max(1, args.runs)
+        args.warmup = max(0, args.warmup)
+        args.name = args.name or f"{args.format}-{args.precision}"
+    return args
+
+
+def main(argv=None):
+    args = parse(sys.argv[1:] if argv is None else argv)
+    # keep stdout for our one JSON document: runtimes print banners and warnings to fd 1
+    sys.stdout.flush()
+    real_stdout = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        doc = cmd_verify(args) if args.command == "verify" else cmd_bench(args)
+    finally:
+        sys.stdout.flush()
+        os.dup2(real_stdout, 1)
+        os.close(real_stdout)
+    sys.stdout.write(json.dumps(doc) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
