@@ -90,7 +90,8 @@ def default_ignored(model: nn.Module, example: torch.Tensor) -> list[str]:
     return []
 
 
-def resolve_ignored(model: nn.Module, names: Iterable[str]) -> list[nn.Module]:
+def resolve_ignored(model: nn.Module, names: Iterable[str], *,
+                    where: str = "compress.prune.ignored_layers") -> list[nn.Module]:
     """Module objects for ``names``; an unknown name lists the closest real ones."""
     modules = {n: m for n, m in model.named_modules() if n}
     out = []
@@ -100,7 +101,7 @@ def resolve_ignored(model: nn.Module, names: Iterable[str]) -> list[nn.Module]:
             hint = f"did you mean {', '.join(close)}?" if close else \
                 f"module names look like {', '.join(list(modules)[:5])}"
             raise UsageError(f"ignored layer {name!r} is not a module of the model",
-                             where="compress.prune.ignored_layers", fix=hint)
+                             where=where, fix=hint)
         out.append(modules[name])
     return out
 
