@@ -1,0 +1,383 @@
+"""The C runtime's IR: an ONNX graph lowered to a flat list of steps over typed tensors.
+
+A ``Tensor`` is one buffer: an activation (planned into the arena) or a constant (packed
+into weights.bin in the layout its kernel wants). A ``Step`` is one ONNX node (or a fused
+group, e.g. DQ->Conv->Relu->Q) and holds the C calls that implement it, with tensor
+references resolved later by codegen. Shape-only ops (Reshape, Flatten, Squeeze, ...)
+produce no step: their output is a view of the input buffer with another shape.
+
+The batch axis: a dynamic leading dimension is fixed to 1 (the Python runner loops over
+the batch); a model with fully static shapes runs at exactly those shapes.
+
+Per-op lowering lives in ``ops_f32.py`` and ``ops_int8.py``; this module holds the data
+structures, constant folding and the driver.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgesmith.errors import ModelLoadError, UnsupportedOpError
+
+DTYPES = {"f32": (np.float32, "float"), "i8": (np.int8, "int8_t"), "i32": (np.int32, "int32_t"),
+          "u8": (np.uint8, "uint8_t"), "i64": (np.int64, "int64_t")}
+
+
+@dataclass
+class Tensor:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # key of DTYPES
+    kind: str = "act"  # act | input | output | const
+    data: np.ndarray | None = None  # constants only, already packed
+    scale: np.ndarray | None = None  # int8 activations: per-tensor scale (size 1)
+    zero_point: int = 0
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(DTYPES[self.dtype][0]).itemsize
+
+    @property
+    def ctype(self) -> str:
+        return DTYPES[self.dtype][1]
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A tensor argument of a C call; ``offset`` in elements."""
+
+    name: str
+    offset: int = 0
+
+
+@dataclass
+class Call:
+    fn: str
+    args: list[Any]  # Ref | int | float | list[int] | list[float] | str (a C literal)
+
+
+@dataclass
+class Step:
+    name: str  # ONNX node name (or the first node of a fused group)
+    op: str  # ONNX op type, for hooks and the report
+    inputs: list[str]  # activation tensors read
+    outputs: list[str]  # activation tensors written
+    calls: list[Call] = field(default_factory=list)
+    inplace: bool = False  # outputs[0] may share inputs[0]'s buffer (element-wise ops)
+    scratch: int = 0  # bytes of scratch the kernel needs (a tensor in the arena)
+
+
+@dataclass
+class Graph:
+    tensors: dict[str, Tensor]
+    steps: list[Step]
+    inputs: list[str]
+    outputs: list[str]
+    input_names: list[str]  # ONNX names, same order
+    output_names: list[str]
+    precision: str = "fp32"
+    model_id: int = 0  # 32-bit id tying weights.bin to the generated code
+
+    def consts(self) -> list[Tensor]:
+        return [t for t in self.tensors.values() if t.kind == "const"]
+
+
+@dataclass
+class Value:
+    """What an ONNX value name stands for during lowering."""
+
+    tensor: str  # the buffer
+    shape: tuple[int, ...]
+    deq: bool = False  # float view of an int8 tensor (a DequantizeLinear not yet run)
+
+
+# registry of per-op lowerers: op_type -> fn(lowerer, node)
+LOWER: dict[str, Callable[[Lowerer, Any], None]] = {}
+LOWER_INT8: dict[str, Callable[[Lowerer, Any], bool]] = {}
+
+
+def lowers(*ops: str):
+    def deco(fn):
+        for op in ops:
+            LOWER[op] = fn
+        return fn
+    return deco
+
+
+def supported_ops() -> set[str]:
+    _load_ops()
+    return set(LOWER) | {"Constant", "QuantizeLinear", "DequantizeLinear"}
+
+
+def _load_ops() -> None:
+    from . import ops_f32, ops_int8  # noqa: F401  (registers lowerers)
+
+
+def c_ident(name: str) -> str:
+    s = "".join(ch if ch.isalnum() else "_" for ch in name)
+    return s if s and not s[0].isdigit() else "t_" + s
+
+
+class Lowerer:
+    def __init__(self, model, precision: str):
+        import onnx
+
+        self.onnx = onnx
+        self.model = model
+        self.precision = precision
+        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
+                          17)
+        g = model.graph
+        self.nodes = list(g.node)
+        self.producer = {o: n for n in self.nodes for o in n.output if o}
+        self.consumers: dict[str, list[Any]] = {}
+        for n in self.nodes:
+            for i in n.input:
+                if i:
+                    self.consumers.setdefault(i, []).append(n)
+        self.graph_outputs = [o.name for o in g.output]
+        self.consts: dict[str, np.ndarray] = {}
+        for init in g.initializer:
+            self.consts[init.name] = onnx.numpy_helper.to_array(init)
+        self.env: dict[str, Value] = {}
+        self.tensors: dict[str, Tensor] = {}
+        self.steps: list[Step] = []
+        self.done: set[int] = set()  # ids of nodes consumed by a fused pattern
+        self.alias: dict[str, str] = {}  # onnx value -> onnx value it is bound to (fusions)
+        self._deq_cache: dict[str, str] = {}
+
+    # -- names and tensors ----------------------------------------------------------------
+    def new_tensor(self, hint: str, shape, dtype: str, kind: str = "act", data=None,
+                   scale=None, zero_point: int = 0) -> str:
+        base = c_ident(hint)
+        name, k = base, 1
+        while name in self.tensors:
+            k += 1
+            name = f"{base}_{k}"
+        self.tensors[name] = Tensor(name, tuple(int(d) for d in shape), dtype, kind, data,
+                                    scale, zero_point)
+        return name
+
+    def const_tensor(self, hint: str, arr: np.ndarray, dtype: str) -> str:
+        arr = np.ascontiguousarray(arr, dtype=DTYPES[dtype][0])
+        return self.new_tensor(hint, arr.shape, dtype, "const", arr)
+
+    def add_step(self, node, inputs, outputs, calls, inplace=False, scratch=0, op=None) -> Step:
+        st = Step(node.name or f"{node.op_type}_{len(self.steps)}", op or node.op_type,
+                  list(inputs), list(outputs), calls, inplace, scratch)
+        self.steps.append(st)
+        return st
+
+    # -- values -----------------------------------------------------------------------------
+    def const(self, name: str) -> np.ndarray | None:
+        """The value of ``name`` when it is known at generation time (folded lazily)."""
+        if not name:
+            return None
+        if name in self.consts:
+            return self.consts[name]
+        node = self.producer.get(name)
+        if node is None:
+            return None
+        if node.op_type == "Constant":
+            self._eval(node)
+            return self.consts.get(name)
+        if node.op_type == "Shape":
+            src = self.alias.get(node.input[0], node.input[0])
+            return self._fold_shape(node, name, src) if src in self.env else None
+        ins = [i for i in node.input if i]
+        if ins and all(self.const(i) is not None for i in ins):
+            self._eval(node)
+            return self.consts.get(name)
+        return None
+
+    def _fold_shape(self, node, name, src):
+        shape = np.array(self.env[src].shape, dtype=np.int64)
+        a = {x.name: self.onnx.helper.get_attribute_value(x) for x in node.attribute}
+        shape = shape[a.get("start", 0):a.get("end", len(shape))]
+        self.consts[name] = shape
+        return shape
+
+    def _eval(self, node) -> None:
+        from onnx.reference import ReferenceEvaluator
+
+        h = self.onnx.helper
+        ins = [i for i in node.input if i]
+        feeds = {i: self.consts[i] for i in ins}
+        vin = [h.make_tensor_value_info(i, h.np_dtype_to_tensor_dtype(feeds[i].dtype), None)
+               for i in ins]
+        vout = [h.make_tensor_value_info(o, 0, None) for o in node.output if o]
+        g = h.make_graph([node], "fold", vin, vout)
+        m = h.make_model(g, opset_imports=list(self.model.opset_import))
+        m.ir_version = self.model.ir_version
+        try:
+            res = ReferenceEvaluator(m).run(None, feeds)
+        except Exception as e:  # pragma: no cover - folding failure is a model problem
+            raise ModelLoadError(f"cannot fold constant node {node.name!r} ({node.op_type}): {e}",
+                                 where=node.name) from None
+        for o, r in zip([o for o in node.output if o], res, strict=False):
+            self.consts[o] = np.asarray(r)
+
+    def value(self, name: str) -> Value:
+        name = self.alias.get(name, name)
+        if name in self.env:
+            return self.env[name]
+        c = self.const(name)
+        if c is not None:
+            raise UnsupportedOpError(f"constant value {name!r} used as an activation",
+                                     where=name, fix="fold it or report it as a bug")
+        raise ModelLoadError(f"value {name!r} has no producer", where=name)
+
+    def f32(self, name: str) -> Value:
+        """A float32 buffer for ``name``, materialising a pending dequantisation."""
+        v = self.value(name)
+        if not v.deq:
+            return v
+        from .ops_int8 import materialize_dequant
+
+        return materialize_dequant(self, name, v)
+
+    def bind(self, name: str, tensor: str, shape, deq: bool = False) -> None:
+        self.env[name] = Value(tensor, tuple(int(d) for d in shape), deq)
+
+    def attrs(self, node) -> dict[str, Any]:
+        out = {}
+        for a in node.attribute:
+            v = self.onnx.helper.get_attribute_value(a)
+            out[a.name] = v.decode() if isinstance(v, bytes) else v
+        return out
+
+    def single_consumer(self, name: str):
+        cs = self.consumers.get(name, [])
+        if len(cs) == 1 and name not in self.graph_outputs:
+            return cs[0]
+        return None
+
+    # -- driver -----------------------------------------------------------------------------
+    def run(self) -> Graph:
+        _load_ops()
+        g = self.model.graph
+        init_names = set(self.consts)
+        inputs, input_names = [], []
+        for vi in g.input:
+            if vi.name in init_names:
+                continue
+            tt = vi.type.tensor_type
+            dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim]
+            if dims and dims[0] <= 0:
+                dims[0] = 1
+            if any(d <= 0 for d in dims):
+                raise UnsupportedOpError(
+                    f"input {vi.name!r} has dynamic dims other than the batch: {dims}",
+                    where=vi.name, fix="export the model with fixed spatial sizes")
+            if tt.elem_type != self.onnx.TensorProto.FLOAT:
+                raise UnsupportedOpError(f"input {vi.name!r} is not float32", where=vi.name,
+                                         fix="the C runtime takes float32 inputs")
+            t = self.new_tensor("in_" + vi.name, dims, "f32", "input")
+            self.bind(vi.name, t, dims)
+            inputs.append(t)
+            input_names.append(vi.name)
+        for node in self.nodes:
+            if id(node) in self.done or node.op_type == "Constant":
+                continue
+            outs = [o for o in node.output if o]
+            if outs and all(o not in self.env for o in outs) and (
+                    self._all_const(node)
+                    or (node.op_type == "Shape" and self.alias.get(node.input[0], node.input[0])
+                        in self.env)):
+                continue  # folded lazily when a consumer asks
+            fn8 = LOWER_INT8.get(node.op_type) if self.precision == "int8" else None
+            if fn8 is not None and fn8(self, node):
+                continue
+            fn = LOWER.get(node.op_type)
+            if fn is None:
+                raise UnsupportedOpError(
+                    f"op {node.op_type} (node {node.name!r}) is not supported by the C runtime",
+                    where=node.name or node.op_type,
+                    fix=f"supported ops: {', '.join(sorted(supported_ops()))}")
+            fn(self, node)
+        outputs = []
+        for name in self.graph_outputs:
+            v = self.f32(name)
+            t = self.tensors[v.tensor]
+            if t.kind in ("input", "output") or v.tensor in outputs:
+                # an output must own its buffer: copy
+                dst = self.new_tensor("out_" + name, v.shape, "f32")
+                self.steps.append(Step("copy_" + name, "Identity", [v.tensor], [dst],
+                                       [Call("es_copy", [Ref(dst), Ref(v.tensor), t.nbytes])]))
+                v = Value(dst, v.shape)
+                t = self.tensors[dst]
+            t.kind = "output"
+            t.shape = v.shape
+            outputs.append(v.tensor)
+        gr = Graph(self.tensors, self.steps, inputs, outputs, input_names,
+                   list(self.graph_outputs), self.precision)
+        _prune_unused(gr)
+        gr.model_id = _model_id(gr)
+        return gr
+
+    def _all_const(self, node) -> bool:
+        ins = [i for i in node.input if i]
+        return bool(ins) and all(self.const(i) is not None for i in ins)
+
+
+def _prune_unused(g: Graph) -> None:
+    used = set(g.inputs) | set(g.outputs)
+    for st in g.steps:
+        used.update(st.inputs)
+        used.update(st.outputs)
+        for c in st.calls:
+            used.update(a.name for a in c.args if isinstance(a, Ref))
+    for name in [n for n in g.tensors if n not in used]:
+        del g.tensors[name]
+
+
+def _model_id(g: Graph) -> int:
+    h = hashlib.sha256()
+    for t in g.consts():
+        h.update(t.name.encode())
+        h.update(t.data.tobytes())
+    for st in g.steps:
+        h.update(repr([(c.fn, c.args) for c in st.calls]).encode())
+    return int.from_bytes(h.digest()[:4], "little") & 0x7FFFFFFF
+
+
+def load_model(path: Path):
+    import onnx
+
+    try:
+        model = onnx.load(str(path))
+    except Exception as e:
+        raise ModelLoadError(f"cannot read ONNX model: {e}", where=str(path)) from None
+    try:
+        model = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # shape inference is a convenience; lowering computes its own shapes
+        pass
+    return model
+
+
+def lower(path_or_model, precision: str = "fp32") -> Graph:
+    """ONNX (path or ModelProto) -> Graph. ``precision='int8'`` turns QDQ patterns into
+    quantized kernels; anything else runs in float between dequantize/quantize steps."""
+    model = path_or_model
+    if isinstance(path_or_model, (str, Path)):
+        model = load_model(Path(path_or_model))
+    return Lowerer(model, precision).run()
+
+
+def unsupported_nodes(path_or_model) -> list[tuple[str, str]]:
+    """(node name, op type) of every node the C runtime cannot lower."""
+    model = path_or_model
+    if isinstance(path_or_model, (str, Path)):
+        model = load_model(Path(path_or_model))
+    ok = supported_ops()
+    return [(n.name, n.op_type) for n in model.graph.node if n.op_type not in ok]

@@ -1,0 +1,165 @@
+/* edgesmith_bench: run the generated model on a raw input file, write the raw output,
+ * print one JSON line of latency figures.
+ *
+ *   edgesmith_bench [--weights F] [--input in.raw] [--output out.raw] [--runs N]
+ *                   [--warmup W] [--slice K] [--sleep-us S] [--sysfs ROOT]
+ *
+ * Input: every model input back to back, raw little-endian float32 in the model's layout;
+ * output likewise. Memory: arena and I/O buffers are static; no allocation at all. */
+#if !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200112L
+#endif
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "es_power.h"
+#include "model.h"
+
+#ifndef ES_BENCH_MAX_RUNS
+#define ES_BENCH_MAX_RUNS 100000
+#endif
+
+typedef union {
+    unsigned char bytes[64];
+    double d;
+    void *p;
+} es_align_unit;
+
+static es_align_unit arena[(ES_ARENA_BYTES + 63u) / 64u];
+static double lat_ms[ES_BENCH_MAX_RUNS];
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : (x > y ? 1 : 0);
+}
+
+static double pct(const double *v, int n, double q) {
+    int i = (int)(q * (double)(n - 1) + 0.5);
+    return v[i < 0 ? 0 : (i >= n ? n - 1 : i)];
+}
+
+static unsigned char in_buf[ES_NUM_INPUTS][ES_MAX_INPUT_BYTES];
+
+static int load_inputs(const char *path) {
+    FILE *f;
+    int i;
+    if (!path) return 0;
+    f = fopen(path, "rb");
+    if (!f) return -1;
+    for (i = 0; i < ES_NUM_INPUTS; ++i) {
+        if (es_input_bytes[i] > sizeof in_buf[i] || fread(in_buf[i], 1, es_input_bytes[i], f) != es_input_bytes[i]) {
+            fclose(f);
+            return -1;
+        }
+    }
+    fclose(f);
+    return 0;
+}
+
+static int feed(es_model *m) {
+    int i, rc;
+    for (i = 0; i < ES_NUM_INPUTS; ++i) {
+        rc = es_input(m, i, in_buf[i], es_input_bytes[i]);
+        if (rc != ES_OK) return rc;
+    }
+    return ES_OK;
+}
+
+static int run_once(es_model *m, int slice, uint32_t sleep_us) {
+    int rc = feed(m);
+    if (rc != ES_OK) return rc;
+    if (slice > 0 || sleep_us > 0) {
+        es_duty d;
+        d.max_steps = slice;
+        d.run_us = 0;
+        d.sleep_us = sleep_us;
+        return es_run_duty(m, &d, NULL);
+    }
+    return es_run(m, NULL);
+}
+
+int main(int argc, char **argv) {
+    const char *weights = NULL, *input = NULL, *output = NULL, *sysfs = "/sys";
+    int runs = 50, warmup = 5, slice = 0, i, rc, energy_ok;
+    uint32_t sleep_us = 0;
+    uint64_t e0 = 0, e1 = 0, erange = 0;
+    es_model m;
+    struct rusage ru;
+    for (i = 1; i < argc; ++i) {
+        if (i + 1 < argc && strcmp(argv[i], "--weights") == 0) weights = argv[++i];
+        else if (i + 1 < argc && strcmp(argv[i], "--input") == 0) input = argv[++i];
+        else if (i + 1 < argc && strcmp(argv[i], "--output") == 0) output = argv[++i];
+        else if (i + 1 < argc && strcmp(argv[i], "--runs") == 0) runs = atoi(argv[++i]);
+        else if (i + 1 < argc && strcmp(argv[i], "--warmup") == 0) warmup = atoi(argv[++i]);
+        else if (i + 1 < argc && strcmp(argv[i], "--slice") == 0) slice = atoi(argv[++i]);
+        else if (i + 1 < argc && strcmp(argv[i], "--sleep-us") == 0)
+            sleep_us = (uint32_t)strtoul(argv[++i], NULL, 10);
+        else if (i + 1 < argc && strcmp(argv[i], "--sysfs") == 0) sysfs = argv[++i];
+        else {
+            fprintf(stderr, "usage: %s [--weights F] [--input in.raw] [--output out.raw] "
+                            "[--runs N] [--warmup W] [--slice K] [--sleep-us S] [--sysfs ROOT]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    if (runs < 1) runs = 1;
+    if (runs > ES_BENCH_MAX_RUNS) runs = ES_BENCH_MAX_RUNS;
+    if (warmup < 0) warmup = 0;
+    if (load_inputs(input) != 0) {
+        fprintf(stderr, "error: cannot read %s (%u bytes per input expected)\n", input,
+                (unsigned)es_input_bytes[0]);
+        return 1;
+    }
+    rc = es_init(&m, arena, sizeof arena, weights);
+    if (rc != ES_OK) {
+        fprintf(stderr, "error: es_init: %s\n", es_strerror(rc));
+        return 1;
+    }
+    if (output) { /* the output of the given input, before any timing */
+        FILE *f;
+        rc = run_once(&m, slice, 0);
+        if (rc != ES_OK) {
+            fprintf(stderr, "error: run: %s\n", es_strerror(rc));
+            return 1;
+        }
+        f = fopen(output, "wb");
+        if (!f) {
+            fprintf(stderr, "error: cannot write %s\n", output);
+            return 1;
+        }
+        for (i = 0; i < ES_NUM_OUTPUTS; ++i)
+            if (fwrite(es_output_ptr(&m, i), 1, es_output_bytes[i], f) != es_output_bytes[i]) rc = -1;
+        if (fclose(f) != 0 || rc != ES_OK) {
+            fprintf(stderr, "error: cannot write %s\n", output);
+            return 1;
+        }
+    }
+    for (i = 0; i < warmup; ++i) run_once(&m, slice, sleep_us);
+    energy_ok = es_rapl_read_uj(sysfs, 0, &e0, &erange) == ES_OK;
+    for (i = 0; i < runs; ++i) {
+        uint64_t t0 = es_now_ns();
+        rc = run_once(&m, slice, sleep_us);
+        lat_ms[i] = (double)(es_now_ns() - t0) / 1e6;
+        if (rc != ES_OK) {
+            fprintf(stderr, "error: run: %s\n", es_strerror(rc));
+            return 1;
+        }
+    }
+    if (energy_ok) energy_ok = es_rapl_read_uj(sysfs, 0, &e1, NULL) == ES_OK;
+    qsort(lat_ms, (size_t)runs, sizeof lat_ms[0], cmp_double);
+    getrusage(RUSAGE_SELF, &ru);
+    printf("{\"latency_ms\": {\"p50\": %.6f, \"p90\": %.6f, \"p99\": %.6f, \"min\": %.6f}, "
+           "\"arena_bytes\": %u, \"weights_bytes\": %u, \"runs\": %d, \"warmup\": %d, "
+           "\"slice\": %d, \"peak_rss_kb\": %ld, \"energy_j_per_inference\": ",
+           pct(lat_ms, runs, 0.5), pct(lat_ms, runs, 0.9), pct(lat_ms, runs, 0.99), lat_ms[0],
+           (unsigned)ES_ARENA_BYTES, (unsigned)ES_WEIGHTS_BYTES, runs, warmup, slice,
+           (long)ru.ru_maxrss);
+    if (energy_ok)
+        printf("%.9f}\n", (double)es_energy_delta_uj(e0, e1, erange) / 1e6 / (double)runs);
+    else
+        printf("null}\n");
+    es_deinit(&m);
+    return 0;
+}

@@ -1,0 +1,211 @@
+/* edgesmith C runtime: the shared part (types, error codes, kernel prototypes).
+ *
+ * Generated models (model.c/model.h) call the kernels below with pointers into one
+ * arena planned at generation time and into the weights blob (mmap'd weights.bin or
+ * const arrays). Nothing here allocates memory. Portable C99; optional SIMD paths sit
+ * behind #ifdef next to the reference code, which is always built and tested.
+ */
+#ifndef EDGESMITH_RT_H
+#define EDGESMITH_RT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- error codes (es_strerror) ------------------------------------------------------- */
+#define ES_OK 0
+#define ES_MORE 1 /* es_run_slice: steps remain; call again to resume */
+#define ES_ERR_ARG (-1)
+#define ES_ERR_ARENA_SMALL (-2)
+#define ES_ERR_ARENA_ALIGN (-3)
+#define ES_ERR_WEIGHTS_OPEN (-4)
+#define ES_ERR_WEIGHTS_SHORT (-5)
+#define ES_ERR_WEIGHTS_MAGIC (-6)
+#define ES_ERR_WEIGHTS_VERSION (-7)
+#define ES_ERR_WEIGHTS_MODEL (-8)
+#define ES_ERR_WEIGHTS_CRC (-9)
+#define ES_ERR_WEIGHTS_LAYOUT (-10)
+#define ES_ERR_NOT_INIT (-11)
+#define ES_ERR_SIZE (-12)
+#define ES_ERR_UNAVAILABLE (-13)
+
+const char *es_strerror(int code);
+
+/* ---- weights file ----------------------------------------------------------------------
+ * weights.bin: a 64-byte header, then the payload; every tensor starts on 64 bytes.
+ *   0  magic "ESWB"        4  format version (u32)   8  tensor count (u32)
+ *   12 model id (u32)     16  payload bytes (u64)   24  CRC32 of the payload (u32)
+ *   28 header bytes (u32, = 64)                      rest zero. All little-endian.     */
+#define ES_WEIGHTS_MAGIC "ESWB"
+#define ES_WEIGHTS_VERSION 1u
+#define ES_WEIGHTS_HEADER 64u
+
+typedef struct {
+    const unsigned char *payload; /* start of tensor data */
+    size_t payload_size;
+    void *map_base; /* mmap'd region (NULL when embedded) */
+    size_t map_size;
+} es_weights;
+
+uint32_t es_crc32(const unsigned char *p, size_t n);
+/* Check a header+payload image already in memory (used for the file and for tests). */
+int es_weights_check(const unsigned char *img, size_t size, uint32_t model_id,
+                     uint32_t count, uint64_t payload_bytes, es_weights *out);
+/* mmap a weights file (POSIX) and check it; ES_ERR_UNAVAILABLE without mmap. */
+int es_weights_open(const char *path, uint32_t model_id, uint32_t count,
+                    uint64_t payload_bytes, es_weights *out);
+void es_weights_close(es_weights *w);
+
+/* ---- hooks (power-aware scheduling) -------------------------------------------------- */
+typedef struct {
+    void (*before_step)(void *user, int index, const char *op, const char *name);
+    void (*after_step)(void *user, int index, const char *op, const char *name,
+                       uint64_t elapsed_ns);
+    void *user;
+} es_hooks;
+
+uint64_t es_now_ns(void); /* monotonic clock; 0 where none exists */
+
+/* ---- the model object ---------------------------------------------------------------- */
+typedef struct {
+    unsigned char *arena;
+    size_t arena_size;
+    es_weights weights;
+    int next_step; /* es_run_slice resumes here */
+    int ready;
+} es_model;
+
+/* ---- kernel parameter blocks (generated code fills these as static const data) ------- */
+#define ES_MAX_DIMS 6
+
+typedef struct {
+    int32_t C, H, W, M, OH, OW, KH, KW, SH, SW, PT, PL, DH, DW, group, act;
+    float a0, a1;                      /* activation bounds/slope */
+    int32_t x_zp, y_zp, qmin, qmax;    /* int8 only */
+} es_conv_params;
+
+typedef struct {
+    int32_t C, H, W, OH, OW, KH, KW, SH, SW, PT, PL, PB, PR, DH, DW, count_pad;
+    int32_t x_zp, y_zp, mult, shift; /* int8 average pooling only */
+} es_pool_params;
+
+typedef struct {
+    int32_t ndim, shape[ES_MAX_DIMS], sa[ES_MAX_DIMS], sb[ES_MAX_DIMS];
+} es_bcast;
+
+typedef struct {
+    int32_t ndim, shape[ES_MAX_DIMS], perm[ES_MAX_DIMS];
+} es_perm;
+
+typedef struct {
+    int32_t ndim, in[ES_MAX_DIMS], out[ES_MAX_DIMS], before[ES_MAX_DIMS], mode;
+    float value;
+} es_pad_params;
+
+typedef struct { /* TFLite-style int8 add/sub */
+    int32_t a_zp, b_zp, y_zp, left_shift;
+    int32_t a_mult, a_shift, b_mult, b_shift, y_mult, y_shift, qmin, qmax, sub;
+} es_qadd_params;
+
+/* activations fused into conv/gemm */
+#define ES_ACT_NONE 0
+#define ES_ACT_RELU 1
+#define ES_ACT_CLIP 2
+#define ES_ACT_LEAKY 3
+
+/* unary ops */
+enum {
+    ES_U_RELU, ES_U_CLIP, ES_U_LEAKY, ES_U_SIGMOID, ES_U_HARDSIGMOID, ES_U_HARDSWISH,
+    ES_U_TANH, ES_U_ELU, ES_U_SELU, ES_U_SOFTPLUS, ES_U_SOFTSIGN, ES_U_EXP, ES_U_NEG,
+    ES_U_ABS, ES_U_SQRT, ES_U_LOG, ES_U_RECIPROCAL, ES_U_ERF, ES_U_FLOOR, ES_U_CEIL
+};
+/* binary ops */
+enum { ES_B_ADD, ES_B_SUB, ES_B_MUL, ES_B_DIV, ES_B_POW, ES_B_MAX, ES_B_MIN, ES_B_PRELU };
+/* reductions */
+enum { ES_R_MEAN, ES_R_SUM, ES_R_MAX };
+
+/* ---- float32 kernels ------------------------------------------------------------------- */
+void es_conv2d_f32(const float *x, const float *w, const float *b, float *y,
+                   const es_conv_params *p);
+void es_conv_transpose2d_f32(const float *x, const float *w, const float *b, float *y,
+                             const es_conv_params *p);
+void es_gemm_f32(const float *x, const float *w, const float *b, float *y, int M, int N, int K,
+                 int act, float a0, float a1);
+void es_matmul_f32(const float *a, const float *b, float *y, int batch, int M, int K, int N,
+                   int a_stride, int b_stride);
+void es_unary_f32(const float *x, float *y, int n, int op, float p0, float p1);
+void es_binary_f32(const float *a, const float *b, float *y, int op, const es_bcast *bc);
+void es_channel_affine_f32(const float *x, const float *s, const float *b, float *y, int outer,
+                           int C, int inner);
+void es_maxpool2d_f32(const float *x, float *y, const es_pool_params *p);
+void es_avgpool2d_f32(const float *x, float *y, const es_pool_params *p);
+void es_reduce_f32(const float *x, float *y, int outer, int n, int inner, int op);
+void es_softmax_f32(const float *x, float *y, int outer, int n, int inner, int is_log);
+void es_lrn_f32(const float *x, float *y, int C, int inner, int size, float alpha, float beta,
+                float bias);
+void es_pad_f32(const float *x, float *y, const es_pad_params *p);
+void es_resize2d_f32(const float *x, float *y, int NC, int H, int W, int OH, int OW, int mode,
+                     int coord, int nearest, float sh, float sw);
+
+/* ---- type-agnostic data movement ------------------------------------------------------- */
+void es_copy(void *dst, const void *src, size_t n);
+void es_copy_rows(void *dst, const void *src, int rows, int row_bytes, int dst_stride,
+                  int src_stride);
+void es_transpose(const void *x, void *y, int elem, const es_perm *p);
+
+/* ---- int8 kernels (TFLite scheme) ------------------------------------------------------ */
+void es_quantize_f32_i8(const float *x, int8_t *y, int n, float scale, int zp);
+void es_dequantize_i8_f32(const int8_t *x, float *y, int n, float scale, int zp);
+void es_conv2d_i8(const int8_t *x, const int8_t *w, const int32_t *bias, const int32_t *mult,
+                  const int32_t *shift, int32_t *acc, int8_t *y, const es_conv_params *p);
+void es_fc_i8(const int8_t *x, const int8_t *w, const int32_t *bias, const int32_t *mult,
+              const int32_t *shift, int8_t *y, int M, int N, int K, int x_zp, int y_zp,
+              int qmin, int qmax);
+void es_add_i8(const int8_t *a, const int8_t *b, int8_t *y, int n, const es_qadd_params *p);
+void es_requant_i8(const int8_t *x, int8_t *y, int n, int x_zp, int y_zp, int32_t mult,
+                   int32_t shift, int qmin, int qmax);
+void es_maxpool2d_i8(const int8_t *x, int8_t *y, const es_pool_params *p);
+void es_avgpool2d_i8(const int8_t *x, int8_t *y, const es_pool_params *p);
+void es_global_avgpool_i8(const int8_t *x, int8_t *y, int C, int HW, int x_zp, int y_zp,
+                          int32_t mult, int32_t shift);
+
+/* ---- fixed-point helpers (gemmlowp) ------------------------------------------------------ */
+static inline int32_t es_srdhm(int32_t a, int32_t b) {
+    int64_t ab;
+    int32_t nudge;
+    if (a == b && a == INT32_MIN) return INT32_MAX;
+    ab = (int64_t)a * (int64_t)b;
+    nudge = ab >= 0 ? (1 << 30) : (1 - (1 << 30));
+    return (int32_t)((ab + nudge) / ((int64_t)1 << 31));
+}
+
+static inline int32_t es_rdivpot(int32_t x, int e) {
+    int32_t mask, rem, thr;
+    if (e <= 0) return x;
+    mask = (int32_t)(((int64_t)1 << e) - 1);
+    rem = x & mask;
+    thr = (mask >> 1) + (x < 0 ? 1 : 0);
+    return (x >> e) + (rem > thr ? 1 : 0);
+}
+
+/* x * real_multiplier, the multiplier given as (mult in Q31, shift); TFLite's
+ * MultiplyByQuantizedMultiplier. */
+static inline int32_t es_mul_q(int32_t x, int32_t mult, int32_t shift) {
+    int left = shift > 0 ? shift : 0, right = shift > 0 ? 0 : -shift;
+    int64_t xl = (int64_t)x * ((int64_t)1 << left);
+    if (xl > INT32_MAX) xl = INT32_MAX;
+    if (xl < INT32_MIN) xl = INT32_MIN;
+    return es_rdivpot(es_srdhm((int32_t)xl, mult), right);
+}
+
+static inline int8_t es_sat8(int32_t v, int32_t lo, int32_t hi) {
+    return (int8_t)(v < lo ? lo : (v > hi ? hi : v));
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* EDGESMITH_RT_H */

@@ -1,0 +1,19 @@
+/* Local response normalisation across channels (AlexNet, GoogLeNet), ONNX semantics. */
+#include <math.h>
+
+#include "../edgesmith_rt.h"
+
+void es_lrn_f32(const float *x, float *y, int C, int inner, int size, float alpha, float beta,
+                float bias) {
+    const int lo = (size - 1) / 2, hi = size - 1 - lo;
+    int c, i, j;
+    for (c = 0; c < C; ++c) {
+        const int c0 = c - lo < 0 ? 0 : c - lo, c1 = c + hi >= C ? C - 1 : c + hi;
+        for (i = 0; i < inner; ++i) {
+            float s = 0.0f;
+            for (j = c0; j <= c1; ++j) s += x[(size_t)j * inner + i] * x[(size_t)j * inner + i];
+            y[(size_t)c * inner + i] =
+                x[(size_t)c * inner + i] / powf(bias + alpha / (float)size * s, beta);
+        }
+    }
+}

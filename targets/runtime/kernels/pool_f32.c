@@ -1,0 +1,65 @@
+/* Pooling and reductions, float32, NCHW (N folded into C). */
+#include <float.h>
+
+#include "../edgesmith_rt.h"
+
+void es_maxpool2d_f32(const float *x, float *y, const es_pool_params *p) {
+    int c, oh, ow, kh, kw;
+    for (c = 0; c < p->C; ++c) {
+        const float *xc = x + (size_t)c * p->H * p->W;
+        for (oh = 0; oh < p->OH; ++oh) {
+            for (ow = 0; ow < p->OW; ++ow) {
+                float m = -FLT_MAX;
+                for (kh = 0; kh < p->KH; ++kh) {
+                    const int ih = oh * p->SH - p->PT + kh * p->DH;
+                    if (ih < 0 || ih >= p->H) continue;
+                    for (kw = 0; kw < p->KW; ++kw) {
+                        const int iw = ow * p->SW - p->PL + kw * p->DW;
+                        if (iw < 0 || iw >= p->W) continue;
+                        if (xc[ih * p->W + iw] > m) m = xc[ih * p->W + iw];
+                    }
+                }
+                *y++ = m;
+            }
+        }
+    }
+}
+
+void es_avgpool2d_f32(const float *x, float *y, const es_pool_params *p) {
+    int c, oh, ow, ih, iw;
+    for (c = 0; c < p->C; ++c) {
+        const float *xc = x + (size_t)c * p->H * p->W;
+        for (oh = 0; oh < p->OH; ++oh) {
+            int h0 = oh * p->SH - p->PT, h1 = h0 + p->KH;
+            int ph1 = h1 < p->H + p->PB ? h1 : p->H + p->PB;
+            for (ow = 0; ow < p->OW; ++ow) {
+                int w0 = ow * p->SW - p->PL, w1 = w0 + p->KW;
+                int pw1 = w1 < p->W + p->PR ? w1 : p->W + p->PR;
+                int count = (ph1 - h0) * (pw1 - w0);
+                int a0 = h0 < 0 ? 0 : h0, a1 = h1 < p->H ? h1 : p->H;
+                int b0 = w0 < 0 ? 0 : w0, b1 = w1 < p->W ? w1 : p->W;
+                float s = 0.0f;
+                for (ih = a0; ih < a1; ++ih)
+                    for (iw = b0; iw < b1; ++iw) s += xc[ih * p->W + iw];
+                if (!p->count_pad) count = (a1 - a0) * (b1 - b0);
+                *y++ = count > 0 ? s / (float)count : 0.0f;
+            }
+        }
+    }
+}
+
+void es_reduce_f32(const float *x, float *y, int outer, int n, int inner, int op) {
+    int o, i, k;
+    for (o = 0; o < outer; ++o) {
+        for (i = 0; i < inner; ++i) {
+            const float *xp = x + (size_t)o * n * inner + i;
+            float acc = op == ES_R_MAX ? -FLT_MAX : 0.0f;
+            for (k = 0; k < n; ++k) {
+                const float v = xp[(size_t)k * inner];
+                if (op == ES_R_MAX) acc = v > acc ? v : acc;
+                else acc += v;
+            }
+            y[(size_t)o * inner + i] = op == ES_R_MEAN ? acc / (float)n : acc;
+        }
+    }
+}

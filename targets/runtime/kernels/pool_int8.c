@@ -1,0 +1,59 @@
+/* Pooling, int8. Max pooling keeps the input's quantisation; average pooling sums
+ * (x - x_zp) and requantises sum / count with a fixed-point multiplier. */
+#include "../edgesmith_rt.h"
+
+void es_maxpool2d_i8(const int8_t *x, int8_t *y, const es_pool_params *p) {
+    int c, oh, ow, kh, kw;
+    for (c = 0; c < p->C; ++c) {
+        const int8_t *xc = x + (size_t)c * p->H * p->W;
+        for (oh = 0; oh < p->OH; ++oh) {
+            for (ow = 0; ow < p->OW; ++ow) {
+                int32_t m = -128;
+                for (kh = 0; kh < p->KH; ++kh) {
+                    const int ih = oh * p->SH - p->PT + kh * p->DH;
+                    if (ih < 0 || ih >= p->H) continue;
+                    for (kw = 0; kw < p->KW; ++kw) {
+                        const int iw = ow * p->SW - p->PL + kw * p->DW;
+                        if (iw < 0 || iw >= p->W) continue;
+                        if (xc[ih * p->W + iw] > m) m = xc[ih * p->W + iw];
+                    }
+                }
+                *y++ = (int8_t)m;
+            }
+        }
+    }
+}
+
+void es_avgpool2d_i8(const int8_t *x, int8_t *y, const es_pool_params *p) {
+    int c, oh, ow, ih, iw;
+    for (c = 0; c < p->C; ++c) {
+        const int8_t *xc = x + (size_t)c * p->H * p->W;
+        for (oh = 0; oh < p->OH; ++oh) {
+            int h0 = oh * p->SH - p->PT, h1 = h0 + p->KH;
+            int a0 = h0 < 0 ? 0 : h0, a1 = h1 < p->H ? h1 : p->H;
+            for (ow = 0; ow < p->OW; ++ow) {
+                int w0 = ow * p->SW - p->PL, w1 = w0 + p->KW;
+                int b0 = w0 < 0 ? 0 : w0, b1 = w1 < p->W ? w1 : p->W;
+                int count = p->count_pad ? p->KH * p->KW : (a1 - a0) * (b1 - b0);
+                int32_t s = 0, q;
+                for (ih = a0; ih < a1; ++ih)
+                    for (iw = b0; iw < b1; ++iw) s += (int32_t)xc[ih * p->W + iw] - p->x_zp;
+                /* mult/shift encode x_scale / y_scale; divide by count with rounding */
+                q = es_mul_q(s, p->mult, p->shift);
+                q = count > 0 ? (q >= 0 ? (q + count / 2) / count : -((-q + count / 2) / count)) : 0;
+                *y++ = es_sat8(q + p->y_zp, -128, 127);
+            }
+        }
+    }
+}
+
+void es_global_avgpool_i8(const int8_t *x, int8_t *y, int C, int HW, int x_zp, int y_zp,
+                          int32_t mult, int32_t shift) {
+    int c, i;
+    for (c = 0; c < C; ++c) {
+        int32_t s = 0;
+        for (i = 0; i < HW; ++i) s += (int32_t)x[(size_t)c * HW + i] - x_zp;
+        /* mult/shift encode x_scale / (y_scale * HW) */
+        y[c] = es_sat8(es_mul_q(s, mult, shift) + y_zp, -128, 127);
+    }
+}
