@@ -1,5 +1,9 @@
-"""The ``edgesmith`` command line: a thin shell over ``edgesmith.pipeline``."""
+"""The ``edgesmith`` command line: a thin shell over ``edgesmith.pipeline``.
 
+Each command lives in its own module and registers itself on the shared app on import.
+"""
+
+from . import build, inspect, profiles  # noqa: F401  (registers the commands)
 from .app import app, main
 
 __all__ = ["app", "main"]

@@ -1,9 +1,38 @@
-"""Placeholder app; the commands are registered in their own modules."""
+"""The typer app and the one place where errors become exit codes and messages."""
+
+from __future__ import annotations
+
+import sys
 
 import typer
+from rich.console import Console
 
-app = typer.Typer(no_args_is_help=True, add_completion=False)
+from edgesmith.errors import EXIT_INPUT, EdgesmithError
+
+app = typer.Typer(
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    help="Take a trained PyTorch model to edge devices: compress, convert, generate C, "
+         "benchmark over SSH. Exit codes: 0 ok, 2 usage/input error, 3 budget miss, "
+         "4 conversion failure, 5 device failure.",
+)
+
+# progress and messages go to stderr so `--json` output on stdout stays machine-readable
+err_console = Console(stderr=True, highlight=False)
+out_console = Console(highlight=False)
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except EdgesmithError as e:
+        err_console.print(f"[bold red]error:[/] {e.message()}", markup=True, soft_wrap=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        err_console.print("[yellow]interrupted[/]: nothing was published; "
+                          "the previous build folder is untouched")
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except RecursionError:
+        err_console.print("[bold red]error:[/] input nests too deeply to process")
+        sys.exit(EXIT_INPUT)

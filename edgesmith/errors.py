@@ -49,6 +49,8 @@ class DataError(EdgesmithError):
 class UnsupportedOpError(EdgesmithError):
     """An op that a requested target cannot express; raised before any conversion."""
 
+    exit_code = EXIT_CONVERSION
+
 
 class BudgetError(EdgesmithError):
     """A measured figure outside the profile's budget (accuracy, size, latency, arena)."""

@@ -71,6 +71,7 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide reports from other users
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -81,12 +82,19 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
         raise
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+    text = json.dumps(obj, indent=2, sort_keys=False, default=_json_default)
+    write_text_atomic(path, text + "\n")
 
 
 def _json_default(o: Any) -> Any:

@@ -65,7 +65,8 @@ def import_callable(ref: str, error: type[EdgesmithError]) -> Callable[..., Any]
     if fn is None:
         names = [n for n in dir(module) if not n.startswith("_")]
         close = difflib.get_close_matches(attr, names, n=3)
-        hint = f"did you mean {', '.join(close)}?" if close else f"names there: {', '.join(names[:8])}"
+        hint = (f"did you mean {', '.join(close)}?" if close
+                else f"names there: {', '.join(names[:8])}")
         raise error(f"{target} has no {attr!r}", where=ref, fix=hint)
     if not callable(fn):
         raise error(f"{attr} in {target} is not callable", where=ref)

@@ -153,9 +153,13 @@ def read_yaml(path: Path) -> Located:
     try:
         nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
+        # the context mark is where the broken construct starts (an unclosed '['), which is
+        # the line to edit; the problem mark is only where the parser noticed
+        mark = e.context_mark or e.problem_mark
         line = mark.line + 1 if mark else 1
         what = " ".join(x for x in (e.context, e.problem) if x) or "YAML syntax error"
+        if e.context_mark and e.problem_mark and e.problem_mark.line != e.context_mark.line:
+            what += f" (noticed at line {e.problem_mark.line + 1})"
         raise ProfileError(
             f"YAML syntax error: {what}", where=f"{file}:{line}",
             fix="check the indentation and the `key: value` form on that line",

@@ -1,0 +1,63 @@
+# edgesmith: two commands do all set-up themselves.
+#   make demo   - create .venv, install, train the digits demo if needed, build it for `host`
+#   make test   - create/update .venv, run the whole suite
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+TORCH := torch==2.13.0
+
+# Debian packages the tests use: a C compiler, sshd for the SSH bench tests, cross
+# compilers + qemu for the C runtime's aarch64/Cortex-M builds, valgrind.
+APT_PACKAGES := gcc make openssh-server openssh-client gcc-aarch64-linux-gnu \
+	libc6-dev-arm64-cross qemu-user gcc-arm-none-eabi libnewlib-arm-none-eabi \
+	binutils-arm-none-eabi valgrind
+APT_BINARIES := gcc make sshd ssh-keygen aarch64-linux-gnu-gcc qemu-aarch64 \
+	arm-none-eabi-gcc arm-none-eabi-size valgrind
+
+.PHONY: setup system-deps demo test test-all lint clean
+
+setup: system-deps $(STAMP)
+
+# Install only what is missing; needs root (or sudo), as on the CI machine.
+system-deps:
+	@missing=""; for b in $(APT_BINARIES); do \
+		command -v $$b >/dev/null 2>&1 || [ -x /usr/sbin/$$b ] || missing="$$missing $$b"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing system packages (missing:$$missing)"; \
+		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
+			$(APT_PACKAGES) >/dev/null; \
+	fi
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+
+# torch first: the CPU wheel cached on the machine; a bare `torch` would pull a CUDA build.
+$(STAMP): pyproject.toml | $(VENV)/bin/python
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(TORCH)
+	$(PIP) install -q -e '.[all,test]' $(TORCH)
+	touch $(STAMP)
+
+examples/digits/digits.pt: | $(STAMP)
+	$(PY) examples/digits/train.py $@
+
+demo: setup examples/digits/digits.pt
+	$(VENV)/bin/edgesmith build examples/digits/digits.pt --arch examples/digits/model.py:build \
+		--data digits --profile host --out build/demo
+
+test: setup
+	$(VENV)/bin/pytest -m "not very_slow" $(PYTEST_ARGS)
+
+test-all: setup
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf build .pytest_cache .ruff_cache

@@ -1,0 +1,91 @@
+"""``edgesmith build`` and ``edgesmith convert``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from edgesmith.pipeline import build as build_mod
+
+from edgesmith.errors import EdgesmithError
+
+from .app import app, out_console
+from .render import RichEvents, targets_table
+
+MODEL_HELP = ("the model: path/to/model.py:callable, package.module:callable, a .pt state dict "
+              "(with --arch) or TorchScript, or an .onnx file")
+DATA_HELP = "the data: `digits` (bundled), a .npz with x and y arrays, or path/to/file.py:callable"
+PROFILE_HELP = "device profile: a bundled name (see `edgesmith profiles list`) or a YAML file"
+
+
+def _run(req: build_mod.BuildRequest, as_json: bool) -> None:
+    events = RichEvents(quiet=as_json)
+    try:
+        manifest = build_mod.run(req, events)
+    except EdgesmithError as e:
+        manifest = getattr(e, "manifest", None)
+        if manifest is not None:
+            _show(manifest, req.out, as_json)
+        raise
+    _show(manifest, req.out, as_json)
+
+
+def _show(manifest: dict, out: Path, as_json: bool) -> None:
+    if as_json:
+        out_console.print_json(json.dumps(build_mod.summary(manifest, out)))
+        return
+    out_console.print(targets_table(manifest))
+    out_console.print(f"manifest: {out / 'manifest.json'}   report: {out / 'report.md'}")
+
+
+@app.command()
+def build(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    data: str = typer.Option("digits", "--data", "-d", help=DATA_HELP),
+    profile: str = typer.Option("host", "--profile", "-p", help=PROFILE_HELP),
+    out: Path = typer.Option(..., "--out", "-o", help="build folder (replaced atomically)"),
+    arch: str = typer.Option(None, help="callable building the architecture of a state dict"),
+    trust_pickle: bool = typer.Option(False, help="allow arbitrary pickles in .pt (runs code!)"),
+    target: list[str] = typer.Option(None, "--target", "-t",
+                                     help="only these targets, FORMAT[:PRECISION]; repeatable"),
+    prune_ratio: float = typer.Option(None, help="override the profile's channel prune ratio"),
+    qat: bool = typer.Option(None, "--qat/--no-qat", help="override the profile's QAT setting"),
+    no_budget: bool = typer.Option(False, help="report budget misses instead of failing"),
+    seed: int = typer.Option(0, help="seed of the data split and training"),
+    as_json: bool = typer.Option(False, "--json", help="print the summary as JSON on stdout"),
+) -> None:
+    """Compress (if the profile asks), export, check op compat, convert every target of
+    the profile, validate each against the FP32 model, and write manifest + report.
+
+    Example: edgesmith build examples/digits/digits.pt --arch examples/digits/model.py:build
+    --data digits --profile host --out build/demo
+    """
+    _run(build_mod.BuildRequest(model=model, data=data, profile=profile, out=out, arch=arch,
+                                trust_pickle=trust_pickle, targets=target or [],
+                                prune_ratio=prune_ratio, qat=qat, no_budget=no_budget,
+                                seed=seed), as_json)
+
+
+@app.command()
+def convert(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    data: str = typer.Option("digits", "--data", "-d", help=DATA_HELP),
+    profile: str = typer.Option("host", "--profile", "-p", help=PROFILE_HELP),
+    out: Path = typer.Option(..., "--out", "-o", help="build folder (replaced atomically)"),
+    arch: str = typer.Option(None, help="callable building the architecture of a state dict"),
+    trust_pickle: bool = typer.Option(False, help="allow arbitrary pickles in .pt (runs code!)"),
+    target: list[str] = typer.Option(None, "--target", "-t",
+                                     help="only these targets, FORMAT[:PRECISION]; repeatable"),
+    no_budget: bool = typer.Option(False, help="report budget misses instead of failing"),
+    seed: int = typer.Option(0, help="seed of the data split"),
+    as_json: bool = typer.Option(False, "--json", help="print the summary as JSON on stdout"),
+) -> None:
+    """Like `build` without compression: export, compat check, convert, validate.
+
+    Example: edgesmith convert model.onnx --data data.npz --profile intel-nuc --out build/nuc
+    --target openvino:int8
+    """
+    _run(build_mod.BuildRequest(model=model, data=data, profile=profile, out=out, arch=arch,
+                                trust_pickle=trust_pickle, targets=target or [],
+                                compress=False, no_budget=no_budget, seed=seed), as_json)

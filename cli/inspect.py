@@ -1,0 +1,55 @@
+"""``edgesmith inspect``: the op-compat table of a model for a profile's targets."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from edgesmith.pipeline.inspect import inspect as run_inspect
+from rich.table import Table
+
+from .app import app, out_console
+from .build import DATA_HELP, MODEL_HELP, PROFILE_HELP
+
+_STYLE = {"supported": "green", "lowered": "yellow", "unsupported": "bold red"}
+
+
+@app.command()
+def inspect(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    profile: str = typer.Option("host", "--profile", "-p", help=PROFILE_HELP),
+    data: str = typer.Option("digits", "--data", "-d", help=DATA_HELP + " (for input shape)"),
+    arch: str = typer.Option(None, help="callable building the architecture of a state dict"),
+    trust_pickle: bool = typer.Option(False, help="allow arbitrary pickles in .pt (runs code!)"),
+    all_nodes: bool = typer.Option(False, "--all", help="list every node, not only problems"),
+    as_json: bool = typer.Option(False, "--json", help="print the full report as JSON"),
+) -> None:
+    """Which nodes each target of the profile supports, lowers or cannot express.
+
+    Example: edgesmith inspect examples/digits/model.py:build --profile cortex-m7
+    """
+    report = run_inspect(model, profile, data=data, arch=arch, trust_pickle=trust_pickle)
+    if as_json:
+        out_console.print_json(json.dumps(report))
+        return
+    targets = report["targets"]
+    table = Table(title=f"op compat: {model} x {report['profile']}")
+    for col in ("node", "op", "attributes", *targets):
+        table.add_column(col, overflow="fold")
+    shown = 0
+    for row in report["rows"]:
+        if not all_nodes and all(s == "supported" for s in row["status"].values()):
+            continue
+        shown += 1
+        attrs = " ".join(f"{k}={v}" for k, v in row["attrs"].items())
+        cells = []
+        for t in targets:
+            status, hint = row["status"][t], row["hints"][t]
+            cells.append(f"[{_STYLE[status]}]{status}[/]" + (f"\n[dim]{hint}[/]" if hint else ""))
+        table.add_row(row["node"], row["op_type"], attrs, *cells)
+    if shown:
+        out_console.print(table)
+    counts = "; ".join(f"{t}: {c['supported']} supported, {c['lowered']} lowered, "
+                       f"{c['unsupported']} unsupported" for t, c in report["counts"].items())
+    out_console.print(f"{len(report['rows'])} nodes. {counts}"
+                      + ("" if all_nodes else "  (--all lists every node)"))

@@ -1,0 +1,99 @@
+"""The op-compat report: every node of the graph against every target of the profile.
+
+Users lose days to a converter dying on an op deep inside a third-party tool. Asking each
+target about each node *before* any conversion turns that into one table that names the
+node, the op, the attributes that matter and what to do instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from edgesmith.pipeline import registry
+
+from edgesmith.errors import UnsupportedOpError
+
+# attributes worth showing: they are what usually decides whether a target copes
+_SHOWN_ATTRS = ("kernel_shape", "strides", "dilations", "group", "pads", "mode", "axis", "perm",
+                "alpha", "auto_pad", "coordinate_transformation_mode", "ceil_mode")
+
+
+@dataclass(frozen=True)
+class Row:
+    node: str
+    op_type: str
+    attrs: dict[str, Any]
+    status: dict[str, str]  # target name -> supported | lowered | unsupported
+    hints: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Report:
+    targets: list[str]
+    rows: list[Row]
+
+    def problems(self) -> list[tuple[Row, str]]:
+        return [(r, t) for r in self.rows for t in self.targets if r.status[t] == "unsupported"]
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for t in self.targets:
+            c = {"supported": 0, "lowered": 0, "unsupported": 0}
+            for r in self.rows:
+                c[r.status[t]] += 1
+            out[t] = c
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"targets": self.targets, "counts": self.counts(),
+                "rows": [asdict(r) for r in self.rows]}
+
+    def raise_for_unsupported(self) -> None:
+        problems = self.problems()
+        if not problems:
+            return
+        lines = [f"  {r.node} ({r.op_type}) -> {t}: {r.hints[t] or 'not supported'}"
+                 for r, t in problems[:20]]
+        more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
+        raise UnsupportedOpError(
+            f"{len(problems)} node(s) cannot be converted for the requested targets:\n"
+            + "\n".join(lines) + more,
+            fix="replace the op in the model, or drop the target from the profile; "
+                "`edgesmith inspect MODEL --profile P` shows the full table",
+        )
+
+
+def _attrs(node) -> dict[str, Any]:
+    import onnx
+
+    out: dict[str, Any] = {}
+    for a in node.attribute:
+        value = onnx.helper.get_attribute_value(a)
+        if isinstance(value, bytes):
+            value = value.decode(errors="replace")
+        if isinstance(value, list | tuple | int | float | str):
+            out[a.name] = list(value) if isinstance(value, list | tuple) else value
+    if node.domain:
+        out["domain"] = node.domain
+    return out
+
+
+def check(onnx_path: Path, target_specs: list[Any]) -> Report:
+    """``target_specs`` are profile TargetSpecs (format + precision)."""
+    import onnx
+
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    targets = [(spec.name, registry.get(spec.format.value), spec.precision.value)
+               for spec in target_specs]
+    rows = []
+    for i, node in enumerate(model.graph.node):
+        attrs = _attrs(node)
+        status, hints = {}, {}
+        for name, target, precision in targets:
+            rule = target.compat(node.op_type, attrs, precision)
+            status[name], hints[name] = rule.status, rule.hint
+        shown = {k: v for k, v in attrs.items() if k in _SHOWN_ATTRS or k == "domain"}
+        rows.append(Row(node.name or f"{node.op_type}_{i}", node.op_type, shown, status, hints))
+    return Report([name for name, _, _ in targets], rows)

@@ -1,0 +1,101 @@
+"""Graph optimisation of the exported ONNX, proven equal to the unoptimised graph.
+
+onnxslim does constant folding, Conv+BN fusion, dead/identity/dropout removal and shape
+inference. An optimiser bug that changes numerics would poison every target downstream,
+so the result is checked against the input graph in onnxruntime on real data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgesmith.errors import ConversionError
+
+PARITY_TOL = 1e-5
+
+
+@dataclass(frozen=True)
+class OptimizeResult:
+    path: Path
+    nodes_before: int
+    nodes_after: int
+    ops_before: dict[str, int]
+    ops_after: dict[str, int]
+    max_abs_err: float
+
+    def summary(self) -> dict[str, object]:
+        return {"nodes_before": self.nodes_before, "nodes_after": self.nodes_after,
+                "ops_before": self.ops_before, "ops_after": self.ops_after,
+                "parity_max_abs_err": self.max_abs_err, "parity_tolerance": PARITY_TOL}
+
+
+def op_histogram(model) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for node in model.graph.node:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def ort_session(path: Path):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.log_severity_level = 3
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def run_ort(path_or_session, x: np.ndarray, batch: int = 256) -> np.ndarray:
+    sess = ort_session(path_or_session) if isinstance(path_or_session, Path | str) \
+        else path_or_session
+    name = sess.get_inputs()[0].name
+    outs = [sess.run(None, {name: x[i:i + batch]})[0] for i in range(0, len(x), batch)]
+    return np.concatenate(outs).astype(np.float32)
+
+
+def _remove_dropout_identity(model) -> None:
+    """Drop Dropout/Identity nodes by rewiring consumers to their inputs (onnxslim keeps
+    graph-output identities; a rename is safe because we only rewire internal edges)."""
+    graph = model.graph
+    outputs = {o.name for o in graph.output}
+    for node in list(graph.node):
+        if node.op_type not in ("Dropout", "Identity") or node.output[0] in outputs:
+            continue
+        src, dst = node.input[0], node.output[0]
+        for other in graph.node:
+            for i, name in enumerate(other.input):
+                if name == dst:
+                    other.input[i] = src
+        graph.node.remove(node)
+
+
+def optimize(src: Path, dst: Path, check_x: np.ndarray) -> OptimizeResult:
+    import onnx
+    import onnxslim
+
+    model = onnx.load(str(src))
+    before = op_histogram(model)
+    try:
+        slim = onnxslim.slim(model)
+    except Exception as e:
+        raise ConversionError(f"onnxslim failed: {type(e).__name__}: {e}", where=str(src),
+                              fix="report the model; build with the unoptimised export meanwhile",
+                              ) from None
+    _remove_dropout_identity(slim)
+    slim = onnx.shape_inference.infer_shapes(slim, strict_mode=False)
+    onnx.checker.check_model(slim)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(slim, str(dst))
+    ref = run_ort(src, check_x)
+    got = run_ort(dst, check_x)
+    err = float(np.max(np.abs(ref - got))) if ref.size else 0.0
+    if not err <= PARITY_TOL:
+        raise ConversionError(
+            f"optimised graph differs from the export by {err:.3g} (tolerance {PARITY_TOL})",
+            where=str(dst), fix="this is an optimiser bug; please report it with the model",
+        )
+    return OptimizeResult(dst, len(model.graph.node), len(slim.graph.node), before,
+                          op_histogram(slim), err)

@@ -1,0 +1,171 @@
+"""Render ``report.md`` and ``report.html`` from ``manifest.json``.
+
+The manifest is the single source of truth; the report is a view of it, re-rendered
+whenever the manifest changes (after a build, after each ``edgesmith bench``).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+from .artifact import write_text_atomic
+
+
+def _fmt(v: Any, spec: str = "") -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float) and spec:
+        return format(v, spec)
+    return str(v)
+
+
+def _pct(v: float | None) -> str:
+    return "—" if v is None else f"{v * 100:.2f}%"
+
+
+def target_rows(manifest: dict[str, Any]) -> list[list[str]]:
+    """One row per target; shared by the markdown, the HTML and the CLI table."""
+    rows = []
+    fp32_size = next((t.get("size_bytes") for t in manifest.get("targets", [])
+                      if t.get("precision") == "fp32" and t.get("size_bytes")), None)
+    for t in manifest.get("targets", []):
+        parity = t.get("parity") or {}
+        size = t.get("size_bytes")
+        ratio = f"{size / fp32_size:.2f}x" if size and fp32_size else "—"
+        status = t.get("status", "?")
+        if status == "ok" and t.get("ran") is False:
+            status = "ok (not run here)"
+        rows.append([
+            t["name"], status, _pct(t.get("accuracy")),
+            _fmt(t.get("accuracy_drop"), ".2f"),
+            _fmt(parity.get("max_abs_err"), ".1e"), _fmt(parity.get("cosine"), ".5f"),
+            f"{size / 1024:.1f}" if size else "—", ratio,
+            _fmt(t.get("latency_ms_p50"), ".3f"),
+        ])
+    return rows
+
+
+HEADER = ["target", "status", "top-1", "drop pt", "max err", "cosine", "KB", "xfp32",
+          "p50 ms"]
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _bench_rows(manifest: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for device, result in sorted((manifest.get("bench") or {}).items()):
+        for t in result.get("targets", []) if isinstance(result, dict) else []:
+            lat = t.get("latency_ms") or {}
+            rows.append([device, str(t.get("name", "?")), str(t.get("status", "?")),
+                         _fmt(lat.get("p50"), ".3f"), _fmt(lat.get("p99"), ".3f"),
+                         _fmt(t.get("peak_rss_mb"), ".1f"), t.get("message", "") or ""])
+    return rows
+
+
+BENCH_HEADER = ["device", "target", "status", "p50 ms", "p99 ms", "peak RSS MB", "note"]
+
+
+def _plots(root: Path, manifest: dict[str, Any]) -> list[str]:
+    try:
+        from . import plots
+    except ImportError:
+        return []
+    made = []
+    try:
+        if manifest.get("targets"):
+            plots.plot_targets(manifest["targets"], root / "report_targets.png")
+            made.append("report_targets.png")
+        if manifest.get("bench"):
+            plots.plot_bench(manifest["bench"], root / "report_bench.png")
+            made.append("report_bench.png")
+    except Exception:  # a plot must never fail a build; the tables carry the figures
+        return made
+    return made
+
+
+def render_markdown(manifest: dict[str, Any], images: list[str]) -> str:
+    ref = manifest.get("reference", {})
+    prof = manifest.get("profile", {})
+    parts = [
+        f"# edgesmith build: {prof.get('name', '?')}",
+        "",
+        f"- model: `{manifest.get('inputs', {}).get('model')}`  data: "
+        f"`{manifest.get('inputs', {}).get('data')}`",
+        f"- device: {prof.get('device', {}).get('name', '?')} "
+        f"({prof.get('device', {}).get('arch', '?')})",
+        f"- reference ({ref.get('source')}): top-1 {_pct(ref.get('accuracy'))} on "
+        f"{manifest.get('data', {}).get('val', '?')} validation samples",
+        f"- input: {manifest.get('input', {}).get('shape')} "
+        f"{manifest.get('input', {}).get('layout')}, "
+        f"normalisation `{manifest.get('input', {}).get('normalization', {}).get('formula')}`",
+        "",
+        "## Targets",
+        "",
+        _md_table(HEADER, target_rows(manifest)),
+        "",
+    ]
+    notes = [f"- {t['name']}: {t.get('note') or t.get('message')}"
+             for t in manifest.get("targets", []) if t.get("note") or t.get("message")]
+    if notes:
+        parts += ["Notes:", "", *notes, ""]
+    if manifest.get("budget_misses"):
+        parts += ["## Budget misses", "", *[f"- {m}" for m in manifest["budget_misses"]], ""]
+    if manifest.get("compress"):
+        parts += ["## Compression", "", "```json",
+                  json.dumps(manifest["compress"], indent=2), "```", ""]
+    opt = manifest.get("stages", {}).get("optimize")
+    if opt:
+        parts += ["## Graph optimisation", "",
+                  f"{opt['nodes_before']} -> {opt['nodes_after']} nodes; optimised vs export "
+                  f"max abs err {opt['parity_max_abs_err']:.2e} (tolerance "
+                  f"{opt['parity_tolerance']:.0e})", ""]
+    if manifest.get("bench"):
+        parts += ["## On-device benchmarks", "", _md_table(BENCH_HEADER, _bench_rows(manifest)),
+                  ""]
+    parts += [f"![{img}]({img})" for img in images]
+    return "\n".join(parts) + "\n"
+
+
+def _html_table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>"
+                   for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def render_html(manifest: dict[str, Any], images: list[str]) -> str:
+    name = html.escape(str(manifest.get("profile", {}).get("name", "?")))
+    ref = manifest.get("reference", {})
+    sections = [
+        f"<h1>edgesmith build: {name}</h1>",
+        f"<p>reference ({html.escape(str(ref.get('source')))}): top-1 "
+        f"{_pct(ref.get('accuracy'))}</p>",
+        "<h2>Targets</h2>", _html_table(HEADER, target_rows(manifest)),
+    ]
+    if manifest.get("budget_misses"):
+        items = "".join(f"<li>{html.escape(m)}</li>" for m in manifest["budget_misses"])
+        sections += ["<h2>Budget misses</h2>", f"<ul>{items}</ul>"]
+    if manifest.get("bench"):
+        sections += ["<h2>On-device benchmarks</h2>",
+                     _html_table(BENCH_HEADER, _bench_rows(manifest))]
+    sections += [f'<img src="{html.escape(i)}" alt="{html.escape(i)}">' for i in images]
+    style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+             "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}"
+             "td:first-child{text-align:left}img{max-width:100%}")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>edgesmith {name}</title>"
+            f"<style>{style}</style></head><body>{''.join(sections)}</body></html>\n")
+
+
+def write_report(root: Path) -> None:
+    root = Path(root)
+    manifest = json.loads((root / "manifest.json").read_text())
+    images = _plots(root, manifest)
+    write_text_atomic(root / "report.md", render_markdown(manifest, images))
+    write_text_atomic(root / "report.html", render_html(manifest, images))

@@ -1,0 +1,202 @@
+"""The build's stages as plain functions: each reads files/arrays and writes files.
+
+``build.py`` strings them together; keeping them separate lets ``edgesmith compress``,
+``convert`` and ``inspect`` reuse exactly the same steps.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from edgesmith.profiles.schema import TargetSpec
+
+from edgesmith.errors import ConversionError, EdgesmithError, ProfileError
+
+from . import registry, validate
+from .artifact import Artifact
+from .data import Splits
+from .model import LoadedModel, check_forward
+
+BENCH_SAMPLES = 16
+
+
+def torch_reference(model: Any, x: np.ndarray) -> np.ndarray:
+    import torch
+
+    with torch.no_grad():
+        outs = [model(torch.from_numpy(x[i:i + 256])).numpy() for i in range(0, len(x), 256)]
+    return np.concatenate(outs).astype(np.float32)
+
+
+@dataclass
+class Reference:
+    """What every artifact is judged against: the FP32 model's outputs on the val split."""
+
+    outputs: np.ndarray
+    accuracy: float
+    source: str  # torch | onnxruntime (when the user gave an .onnx)
+
+
+def reference(loaded: LoadedModel, splits: Splits) -> Reference:
+    if loaded.torch_model is not None:
+        check_forward(loaded.torch_model, splits.spec.batch_shape(2), loaded.ref)
+        out = torch_reference(loaded.torch_model, splits.val_x)
+        source = "torch"
+    else:
+        from edgesmith.convert.optimize import run_ort
+
+        try:
+            out = run_ort(loaded.onnx_path, splits.val_x)
+        except Exception as e:
+            from edgesmith.errors import ModelLoadError
+
+            raise ModelLoadError(
+                f"onnxruntime cannot run the model on inputs of shape "
+                f"{list(splits.spec.batch_shape(1))}: {str(e).splitlines()[0][:300]}",
+                where=loaded.ref, fix="check the model's input shape against the data set",
+            ) from None
+        source = "onnxruntime"
+    return Reference(out, validate.accuracy(out, splits.val_y), source)
+
+
+def resolve_targets(profile: Any, only: list[str] | None, where: str) -> list[tuple[Any, Any]]:
+    """Profile targets (filtered by ``--target`` FORMAT[:PRECISION]) with validated options."""
+    specs = list(profile.targets)
+    if only:
+        wanted = []
+        for item in only:
+            fmt, _, prec = item.partition(":")
+            hits = [s for s in specs if s.format.value == fmt and (not prec or
+                                                                    s.precision.value == prec)]
+            if not hits:
+                try:
+                    hits = [TargetSpec(format=fmt, precision=prec or "fp32")]
+                except Exception:
+                    raise ProfileError(f"--target {item}: unknown format or precision",
+                                       fix="use FORMAT[:PRECISION], e.g. tflite:int8") from None
+            wanted += [h for h in hits if h not in wanted]
+        specs = wanted
+    out = []
+    for spec in specs:
+        target = registry.get(spec.format.value)
+        options = registry.validate_options(target, spec, where)
+        out.append((spec, options))
+    return out
+
+
+@dataclass
+class TargetResult:
+    spec: Any
+    artifact: Artifact | None
+    validation: validate.Validation | None
+    status: str  # ok | failed | rejected | budget
+    message: str = ""
+
+    def to_json(self, root: Path) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.spec.name, "format": self.spec.format.value,
+                             "precision": self.spec.precision.value, "status": self.status}
+        if self.message:
+            d["message"] = self.message
+        if self.artifact is not None:
+            target = registry.get(self.spec.format.value)
+            d.update({
+                "path": self.artifact.path.relative_to(root).as_posix(),
+                "sha256": self.artifact.sha256, "size_bytes": self.artifact.size_bytes,
+                "bench": target.device_bench_spec(self.artifact),
+                "meta": {k: v for k, v in self.artifact.meta.items() if k != "size_bytes"},
+            })
+        if self.validation is not None:
+            d.update(self.validation.to_json())
+        return d
+
+
+def convert_and_validate(spec: Any, options: Any, ctx_args: dict[str, Any], splits: Splits,
+                         ref: Reference, root: Path) -> TargetResult:
+    """One target: convert, then validate; a crash is caught and logged, not propagated,
+    so the other targets of the profile still complete and are reported."""
+    target = registry.get(spec.format.value)
+    out_dir = root / "targets" / spec.name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ctx = registry.ConvertContext(target=spec, options=options, out_dir=out_dir,
+                                  log_path=root / "logs" / f"{spec.name}.log", **ctx_args)
+    try:
+        artifact = target.convert(ctx)
+    except EdgesmithError as e:
+        ctx.log(e.message())
+        return TargetResult(spec, None, None, "failed", f"{spec.name}: convert: {e.what}")
+    except Exception as e:  # a third-party converter crashed: keep the log, go on
+        ctx.log(traceback.format_exc())
+        first = str(e).splitlines()[0][:200] if str(e) else ""
+        return TargetResult(
+            spec, None, None, "failed",
+            f"{spec.name}: convert: {type(e).__name__}: {first} (full log: logs/{spec.name}.log)")
+    ctx.built[spec.name] = artifact
+    try:
+        run = target.runner(artifact)
+        v = validate.validate(run, splits.val_x, splits.val_y, ref.outputs, ref.accuracy,
+                              not_run_reason=target.not_runnable_reason)
+    except Exception as e:
+        ctx.log(traceback.format_exc())
+        return TargetResult(spec, artifact, None, "failed",
+                            f"{spec.name}: validate: {type(e).__name__}: {e}"[:300])
+    if not v.parity_ok(spec.precision.value):
+        rejected = root / "rejected" / spec.name
+        rejected.parent.mkdir(parents=True, exist_ok=True)
+        out_dir.rename(rejected)
+        artifact = Artifact(rejected / artifact.path.relative_to(out_dir), artifact.format,
+                            artifact.precision, artifact.sha256, artifact.meta)
+        return TargetResult(
+            spec, artifact, v, "rejected",
+            f"{spec.name}: output parity off (cosine {v.cosine:.5f} < "
+            f"{validate.PARITY_MIN_COSINE[spec.precision.value]}); kept in rejected/{spec.name}")
+    return TargetResult(spec, artifact, v, "ok")
+
+
+def write_bench_data(root: Path, splits: Splits, ref: Reference) -> dict[str, str]:
+    """The exact tensors every device feeds, and the outputs they are checked against."""
+    data = root / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    n = min(BENCH_SAMPLES, len(splits.val_x))
+    np.save(data / "bench_input.npy", splits.val_x[:n])
+    np.save(data / "bench_reference.npy", ref.outputs[:n])
+    return {"input": "data/bench_input.npy", "reference": "data/bench_reference.npy"}
+
+
+def check_budgets(results: list[TargetResult], budgets: Any) -> list[str]:
+    """Mark results that break the profile's budgets; return one line per miss."""
+    misses = []
+    for r in results:
+        if r.status != "ok":
+            continue
+        problems = []
+        drop = r.validation.accuracy_drop if r.validation else None
+        if budgets.accuracy_drop is not None and drop is not None and drop > budgets.accuracy_drop:
+            problems.append(f"accuracy drop {drop:.2f} pt > budget {budgets.accuracy_drop} pt")
+        kb = r.artifact.size_bytes / 1024 if r.artifact else None
+        if budgets.model_kb is not None and kb is not None and kb > budgets.model_kb:
+            problems.append(f"size {kb:.1f} KB > budget {budgets.model_kb} KB")
+        arena = r.artifact.meta.get("arena_bytes") if r.artifact else None
+        if budgets.arena_kb is not None and arena is not None and arena / 1024 > budgets.arena_kb:
+            problems.append(f"arena {arena / 1024:.1f} KB > budget {budgets.arena_kb} KB")
+        if problems:
+            r.status = "budget"
+            r.message = f"{r.spec.name}: " + "; ".join(problems)
+            misses.append(r.message)
+    return misses
+
+
+def describe_failure(results: list[TargetResult]) -> str:
+    return "\n".join(f"  {r.message}" for r in results if r.status in ("failed", "rejected"))
+
+
+def raise_if_failed(results: list[TargetResult]) -> None:
+    bad = [r for r in results if r.status in ("failed", "rejected")]
+    if bad:
+        raise ConversionError(
+            f"{len(bad)} of {len(results)} target(s) failed:\n{describe_failure(results)}",
+            fix="see logs/ in the build folder; the other targets are in the manifest",
+        )
