@@ -1,0 +1,114 @@
+"""``edgesmith bench``: parse, call ``edgesmith.devices.bench``, render with rich."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+from edgesmith.devices.bench import DEFAULT_RUNS, DEFAULT_WARMUP, BenchEvents, BenchRun, bench
+from edgesmith.devices.fleet import resolve_devices
+from rich import box
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .app import app, err_console, out_console
+
+
+class _RichBenchEvents(BenchEvents):
+    """One progress bar per device: connect, upload, one step per target, cleanup."""
+
+    def __init__(self, progress: Progress):
+        self.progress = progress
+        self.tasks: dict[str, Any] = {}
+
+    def device_start(self, device: str, steps: int) -> None:
+        self.tasks[device] = self.progress.add_task(f"{device}: connecting", total=steps)
+
+    def device_step(self, device: str, what: str) -> None:
+        self.progress.update(self.tasks[device], advance=1, description=f"{device}: {what}")
+
+    def device_done(self, device: str, result: dict[str, Any]) -> None:
+        status = result["status"]
+        colour = {"ok": "green", "partial": "yellow"}.get(status, "red")
+        self.progress.update(self.tasks[device], description=f"{device}: [{colour}]{status}[/]",
+                             completed=self.progress.tasks[self.tasks[device]].total)
+
+
+def _fmt(v: Any, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def results_table(run: BenchRun) -> Table:
+    table = Table(title="on-device bench", box=box.SIMPLE_HEAD, pad_edge=False,
+                  padding=(0, 1, 0, 0))
+    for i, h in enumerate(["device", "target", "status", "p50 ms", "p99 ms", "inf/s",
+                           "RSS MB", "max err", "top-1", "budget"]):
+        table.add_column(h, justify="left" if i < 3 else "right", no_wrap=i < 3)
+    misses = {(m["device"], m["target"]) for m in run.budget_misses()}
+    for r in run.rows():
+        par = r["parity"] or {}
+        style = "red" if r["status"] == "error" or (r["device"], r["target"]) in misses else (
+            "yellow" if r["status"] != "ok" else "")
+        table.add_row(r["device"], str(r["target"]), str(r["status"]), _fmt(r["p50"], ".3f"),
+                      _fmt(r["p99"], ".3f"), _fmt(r["throughput"], ".0f"),
+                      _fmt(r["rss_mb"], ".1f"), _fmt(par.get("max_abs_err"), ".1e"),
+                      _fmt(par.get("top1_agreement"), ".0%"),
+                      _fmt(r["budget_ms"], "g"), style=style)
+    return table
+
+
+def _notes(run: BenchRun) -> list[str]:
+    notes = [f"{r['device']}/{r['target']}: {r['message']}" for r in run.rows() if r["message"]]
+    for name, d in run.devices.items():
+        if d.get("error"):
+            notes.append(f"{name}: {d['status']}: {d['error'].get('what')}")
+        if d.get("kept") and d.get("workdir"):
+            notes.append(f"{name}: work dir kept at {d['workdir']}")
+    return notes
+
+
+@app.command("bench")
+def bench_command(
+    build_dir: Path = typer.Argument(..., help="a folder written by `edgesmith build`"),
+    device: str = typer.Option(None, "--device", help="device profile (bundled name or "
+                               "YAML path) whose ssh: block, budgets and cores apply"),
+    host: str = typer.Option(None, "--host", help="host name, address or ~/.ssh/config alias"),
+    port: int = typer.Option(None, "--port", help="SSH port (default: ssh config, then 22)"),
+    user: str = typer.Option(None, "--user", help="SSH user (default: ssh config)"),
+    identity: str = typer.Option(None, "--identity", help="private key file (default: agent "
+                                 "and ~/.ssh keys)"),
+    known_hosts: str = typer.Option(None, "--known-hosts", help="known_hosts file (default "
+                                    "~/.ssh/known_hosts; unknown host keys are refused)"),
+    python: str = typer.Option(None, "--python", help="python on the device (default python3)"),
+    local: bool = typer.Option(False, "--local", help="run here, without SSH"),
+    runs: int = typer.Option(DEFAULT_RUNS, "--runs", help="timed runs per target"),
+    warmup: int = typer.Option(DEFAULT_WARMUP, "--warmup", help="untimed runs first"),
+    fleet: Path = typer.Option(None, "--fleet", help="devices.yaml: several devices at once"),
+    concurrency: int = typer.Option(None, "--concurrency",
+                                    help="devices benched at once (default: the fleet "
+                                         "file's, else 4)"),
+    keep: bool = typer.Option(False, "--keep", help="keep the work dir on the device"),
+    as_json: bool = typer.Option(False, "--json", help="print the results as JSON"),
+) -> None:
+    """Run a build's targets on a device (or a fleet, or here) and merge the figures into
+    its manifest and report. Exit 3 when a target misses budgets.latency_ms (p50), 5 when
+    a device fails; measured results are kept either way."""
+    devices, file_concurrency = resolve_devices(
+        local=local, device=device, host=host, port=port, user=user, identity=identity,
+        python=python, known_hosts=known_hosts, fleet=fleet)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                  TimeElapsedColumn(), console=err_console, transient=as_json) as progress:
+        run = bench(build_dir, devices, runs=runs, warmup=warmup, keep=keep,
+                    concurrency=concurrency or file_concurrency,
+                    events=_RichBenchEvents(progress))
+    if as_json:
+        out_console.print_json(json.dumps(run.to_json(), default=str))
+    else:
+        out_console.print(results_table(run))
+        for note in _notes(run):
+            out_console.print(note, markup=False, soft_wrap=True)
+        out_console.print(f"results: {Path(build_dir) / 'bench'}   report: "
+                          f"{Path(build_dir) / 'report.md'}")
+    run.raise_for_status()

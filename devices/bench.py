@@ -1,0 +1,460 @@
+"""``edgesmith bench``: run a build's targets on one device, a fleet, or this machine.
+
+One device run: open the transport (connect + per-run work dir), upload the bench script,
+the bench tensors and every target's files, verify them remotely (size + sha256), run the
+script once per target (a fresh process each, so peak RSS belongs to one target), clean
+up. Each target's result is written to ``BUILD_DIR/bench/<device>.json`` the moment it
+arrives, so a run cut short keeps what it measured; the finished device is merged into
+``manifest.json`` under ``"bench"`` and the report is re-rendered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgesmith.pipeline.artifact import sha256_path, write_json_atomic
+from edgesmith.profiles.schema import Profile, Ssh
+
+from edgesmith.errors import BudgetError, DeviceError, EdgesmithError, UsageError
+
+from .transport import LocalTransport, SshTransport, Transport
+
+REMOTE_SCRIPT = Path(__file__).with_name("remote.py")
+REMOTE_NAME = "edgesmith_remote.py"
+DEFAULT_RUNS = 100
+DEFAULT_WARMUP = 10
+LOCAL_TIMEOUT_S = 600.0
+GRACE_S = 15.0  # the SSH timeout backs up the script's own deadline by this much
+MODEL_SUFFIXES = {"onnx": (".onnx",), "tflite": (".tflite",), "openvino": (".xml",),
+                  "coreml": (".mlpackage", ".mlmodel")}
+
+
+# -- what a device is ----------------------------------------------------------------------
+@dataclass
+class Device:
+    """One place to bench: ``ssh`` None means this machine."""
+
+    name: str
+    ssh: Ssh | None = None
+    profile: Profile | None = None  # budgets and threads; None: the build's own profile
+
+    @property
+    def file_name(self) -> str:
+        return safe_name(self.name) + ".json"
+
+
+def safe_name(name: str) -> str:
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")
+    return cleaned or "device"
+
+
+# -- what a build offers -----------------------------------------------------------------------
+@dataclass
+class BenchTarget:
+    name: str
+    format: str
+    precision: str
+    folder: Path  # local folder holding the files
+    files: list[str]
+    model: str  # relative to folder ("." for a C source folder)
+    weights: str | None = None
+
+
+@dataclass
+class Build:
+    root: Path
+    manifest: dict[str, Any]
+    profile: Profile | None
+    input: Path
+    reference: Path
+    targets: list[BenchTarget]
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def load_build(build_dir: Path) -> Build:
+    root = Path(build_dir)
+    manifest_path = root / "manifest.json"
+    if not manifest_path.is_file():
+        raise UsageError(f"{root} is not a build folder (no manifest.json)", where=str(root),
+                         fix="run `edgesmith build` first and pass its output folder")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise UsageError(f"cannot read manifest.json: {e}", where=str(manifest_path),
+                         fix="rebuild with `edgesmith build`") from None
+    try:
+        profile = Profile.model_validate(manifest.get("profile") or {})
+    except ValueError:
+        profile = None
+    data = manifest.get("bench_data") or {}
+    inp, ref = root / data.get("input", "data/bench_input.npy"), root / data.get(
+        "reference", "data/bench_reference.npy")
+    for p in (inp, ref):
+        if not p.is_file():
+            raise UsageError(f"bench data {p.name} is missing", where=str(p),
+                             fix="rebuild with `edgesmith build`")
+    targets, skipped = [], {}
+    for t in manifest.get("targets") or []:
+        name = t.get("name") or f"{t.get('format')}-{t.get('precision')}"
+        if t.get("status", "ok") != "ok" or not t.get("path"):
+            skipped[name] = f"not built ({t.get('status', 'no artifact')})"
+            continue
+        targets.append(_bench_target(root, name, t))
+    if not targets:
+        raise UsageError("the build has no target to bench", where=str(manifest_path),
+                         fix="check `edgesmith build` output: every target failed or none "
+                             "was listed in the profile")
+    return Build(root, manifest, profile, inp, ref, targets, skipped)
+
+
+def _bench_target(root: Path, name: str, t: dict[str, Any]) -> BenchTarget:
+    path = root / t["path"]
+    spec = t.get("bench") or {}
+    fmt = spec.get("format") or t["format"]
+    folder = path if path.is_dir() and fmt == "c" else path.parent
+    files = list(spec.get("files") or ([path.name] if path.is_file() else
+                                       sorted(p.name for p in path.iterdir())))
+    for f in files:
+        if not (folder / f).exists():
+            raise UsageError(f"target {name}: file {f} is missing", where=str(folder / f),
+                             fix="rebuild with `edgesmith build`")
+    if fmt == "c":
+        model = "."
+    else:
+        model = spec.get("model") or next(
+            (f for f in files if f.endswith(MODEL_SUFFIXES.get(fmt, ()))),
+            path.name if path.is_file() else files[0])
+    return BenchTarget(name, fmt, spec.get("precision") or t.get("precision", "fp32"), folder,
+                       files, model, spec.get("weights"))
+
+
+# -- progress ------------------------------------------------------------------------------------
+class BenchEvents:
+    """No-op base; the CLI shows rich progress, tests may record."""
+
+    def device_start(self, device: str, steps: int) -> None:
+        pass
+
+    def device_step(self, device: str, what: str) -> None:
+        pass
+
+    def target_done(self, device: str, result: dict[str, Any]) -> None:
+        pass
+
+    def device_done(self, device: str, result: dict[str, Any]) -> None:
+        pass
+
+
+# -- one device --------------------------------------------------------------------------------
+def _threads(device: Device, build: Build, target: BenchTarget) -> int:
+    profile = device.profile or build.profile
+    if profile is None:
+        return 0
+    for spec in profile.targets:
+        if spec.name == target.name and spec.options.get("num_threads"):
+            return int(spec.options["num_threads"])
+    return profile.device.cores
+
+
+def _budget_ms(device: Device, build: Build) -> float | None:
+    profile = device.profile or build.profile
+    return profile.budgets.latency_ms if profile is not None else None
+
+
+def _uploads(build: Build) -> list[tuple[Path, str]]:
+    items = [(REMOTE_SCRIPT, REMOTE_NAME), (build.input, "data/bench_input.npy"),
+             (build.reference, "data/bench_reference.npy")]
+    for t in build.targets:
+        items += [(t.folder / f, f"targets/{t.name}/{f}") for f in t.files]
+    return items
+
+
+def _file_index(items: list[tuple[Path, str]]) -> dict[str, list[Any]]:
+    index: dict[str, list[Any]] = {}
+    for local, rel in items:
+        if local.is_dir():
+            for p in sorted(q for q in local.rglob("*") if q.is_file()):
+                index[f"{rel}/{p.relative_to(local).as_posix()}"] = [p.stat().st_size,
+                                                                    sha256_path(p)]
+        else:
+            index[rel] = [local.stat().st_size, sha256_path(local)]
+    return index
+
+
+def _parse_json(stdout: str) -> dict[str, Any] | None:
+    for line in reversed(stdout.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    return None
+
+
+def _error_dict(e: EdgesmithError) -> dict[str, Any]:
+    return {"what": e.what, "where": e.where, "fix": e.fix, "type": type(e).__name__}
+
+
+class _DeviceRun:
+    def __init__(self, build: Build, device: Device, transport: Transport, runs: int,
+                 warmup: int, keep: bool, events: BenchEvents):
+        self.build, self.device, self.t = build, device, transport
+        self.runs, self.warmup, self.keep, self.events = runs, warmup, keep, events
+        self.timeout = device.ssh.command_timeout_s if device.ssh else LOCAL_TIMEOUT_S
+        self.out = build.root / "bench" / device.file_name
+        self.result: dict[str, Any] = {
+            "device": device.name, "transport": transport.kind, "address": transport.address,
+            "status": "running", "error": None, "started_unix": int(time.time()),
+            "duration_s": None, "runs": runs, "warmup": warmup,
+            "budget_latency_ms": _budget_ms(device, build), "system": None,
+            "overhead_s": {}, "workdir": None, "targets": [],
+            "skipped": dict(build.skipped),
+        }
+
+    def save(self) -> None:
+        write_json_atomic(self.out, self.result)
+
+    async def run(self) -> dict[str, Any]:
+        t_start = time.perf_counter()
+        name = self.device.name
+        self.events.device_start(name, 3 + len(self.build.targets))
+        opened = False
+        try:
+            t0 = time.perf_counter()
+            await self.t.open()
+            opened = True
+            self.result["overhead_s"]["connect"] = time.perf_counter() - t0
+            self.result["workdir"] = self.t.workdir
+            self.events.device_step(name, "connected")
+            await self._upload()
+            self.events.device_step(name, "uploaded")
+            for target in self.build.targets:
+                r = await self._bench(target)
+                self.result["targets"].append(r)
+                self.save()
+                self.events.target_done(name, r)
+                self.events.device_step(name, target.name)
+            self.result["status"] = "ok"
+        except EdgesmithError as e:
+            self.result["status"] = "partial" if self.result["targets"] else "error"
+            self.result["error"] = _error_dict(e)
+        except (OSError, asyncio.TimeoutError) as e:  # anything the layers below missed
+            self.result["status"] = "partial" if self.result["targets"] else "error"
+            self.result["error"] = {"what": f"{type(e).__name__}: {e}", "where": name,
+                                    "fix": None, "type": "DeviceError"}
+        finally:
+            if opened:
+                t0 = time.perf_counter()
+                try:
+                    await self.t.close(self.keep)
+                except EdgesmithError:
+                    pass  # the connection is gone; the error above already says why
+                self.result["overhead_s"]["cleanup"] = time.perf_counter() - t0
+            self.events.device_step(name, "done")
+            self.result["duration_s"] = time.perf_counter() - t_start
+            self.result["kept"] = bool(self.keep and opened)
+            self.save()
+            self.events.device_done(name, self.result)
+        return self.result
+
+    async def _upload(self) -> None:
+        t0 = time.perf_counter()
+        items = _uploads(self.build)
+        index = _file_index(items)
+        total = 0
+        for local, rel in items:
+            total += await self.t.put(local, rel)
+        tmp = self.build.root / "bench" / f".files-{safe_name(self.device.name)}.json"
+        write_json_atomic(tmp, index)
+        try:
+            await self.t.put(tmp, "files.json")
+        finally:
+            tmp.unlink(missing_ok=True)
+        r = await self.t.run([self.t.python, REMOTE_NAME, "verify", "files.json"],
+                             timeout=min(self.timeout, 120.0))
+        doc = _parse_json(r.stdout)
+        if doc is None:
+            raise DeviceError(
+                f"the bench script did not run with {self.t.python!r} "
+                f"(exit {r.exit_status}): {(r.stderr or r.stdout).strip()[-300:]}",
+                where=self.t.address,
+                fix="install python3 on the device, or point ssh.python in the profile "
+                    "(or --python) at an interpreter",
+            )
+        if not doc.get("ok"):
+            raise DeviceError("uploaded files do not match: " + "; ".join(doc["problems"]),
+                              where=f"{self.t.address}:{self.t.workdir}",
+                              fix="check free space in ssh.workdir on the device and retry")
+        self.result["system"] = doc.get("system")
+        self.result["upload_bytes"] = total
+        self.result["overhead_s"]["upload"] = time.perf_counter() - t0
+
+    async def _bench(self, target: BenchTarget) -> dict[str, Any]:
+        folder = f"targets/{target.name}"
+        argv = [self.t.python, REMOTE_NAME, "bench", "--name", target.name,
+                "--format", target.format, "--precision", target.precision,
+                "--model", f"{folder}/{target.model}" if target.model != "." else folder,
+                "--input", "data/bench_input.npy", "--reference", "data/bench_reference.npy",
+                "--runs", str(self.runs), "--warmup", str(self.warmup),
+                "--threads", str(_threads(self.device, self.build, target)),
+                "--timeout", f"{self.timeout:g}"]
+        if target.weights:
+            argv += ["--weights", target.weights]
+        r = await self.t.run(argv, timeout=self.timeout + GRACE_S)
+        doc = _parse_json(r.stdout)
+        if doc is None:
+            return {"name": target.name, "format": target.format,
+                    "precision": target.precision, "status": "error",
+                    "message": f"bench script exited {r.exit_status} without a result: "
+                               f"{(r.stderr or r.stdout).strip()[-500:]}",
+                    "latency_ms": None, "peak_rss_mb": None}
+        doc["name"] = target.name
+        doc["wall_s"] = r.seconds
+        return doc
+
+
+# -- merging ------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _manifest_lock(root: Path) -> Iterator[None]:
+    """Two `edgesmith bench` processes on one build must not lose each other's results."""
+    with open(root / ".manifest.lock", "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def merge_into_manifest(root: Path, results: dict[str, dict[str, Any]]) -> None:
+    with _manifest_lock(root):
+        path = root / "manifest.json"
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        bench = manifest.get("bench") or {}
+        bench.update(results)
+        manifest["bench"] = bench
+        write_json_atomic(path, manifest)
+    try:
+        from edgesmith.pipeline.report import write_report
+    except ImportError:  # TODO(lead): drop this guard once pipeline.report is always present
+        return
+    write_report(root)
+
+
+# -- the run and its verdict -----------------------------------------------------------------
+@dataclass
+class BenchRun:
+    build_dir: Path
+    devices: dict[str, dict[str, Any]]
+
+    def rows(self) -> list[dict[str, Any]]:
+        out = []
+        for name, d in self.devices.items():
+            for t in d.get("targets", []):
+                lat = t.get("latency_ms") or {}
+                out.append({"device": name, "target": t.get("name"),
+                            "status": t.get("status"), "p50": lat.get("p50"),
+                            "p90": lat.get("p90"), "p99": lat.get("p99"),
+                            "min": lat.get("min"), "throughput": t.get("throughput_ips"),
+                            "rss_mb": t.get("peak_rss_mb"), "load_ms": t.get("load_ms"),
+                            "parity": t.get("parity"),
+                            "energy_j": t.get("energy_j_per_inference"),
+                            "budget_ms": d.get("budget_latency_ms"),
+                            "message": t.get("message")})
+        return out
+
+    def budget_misses(self) -> list[dict[str, Any]]:
+        return [r for r in self.rows() if r["status"] == "ok" and r["budget_ms"] is not None
+                and r["p50"] is not None and r["p50"] > r["budget_ms"]]
+
+    def failures(self) -> dict[str, str]:
+        """Device-level failures and targets that crashed (missing runtimes are not)."""
+        out = {}
+        for name, d in self.devices.items():
+            if d.get("error"):
+                e = d["error"]
+                out[name] = f"{e.get('where') or name}: {e.get('what')}" + (
+                    f"\n    fix: {e['fix']}" if e.get("fix") else "")
+            for t in d.get("targets", []):
+                if t.get("status") == "error":
+                    out[f"{name}/{t.get('name')}"] = t.get("message") or "failed"
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"build": str(self.build_dir), "devices": self.devices}
+
+    def raise_for_status(self) -> None:
+        failures = self.failures()
+        if failures:
+            lines = [f"{k}: {v}" for k, v in failures.items()]
+            raise DeviceError(
+                f"{len(failures)} bench failure(s):\n  " + "\n  ".join(lines),
+                where=str(self.build_dir / "bench"),
+                fix="see each failure's fix; results that were measured are kept in "
+                    "bench/<device>.json and manifest.json",
+            )
+        misses = self.budget_misses()
+        if misses:
+            table = "\n".join(f"  {m['device']:<20} {m['target']:<16} p50 {m['p50']:.3f} ms"
+                              f" > budget {m['budget_ms']:g} ms" for m in misses)
+            raise BudgetError(
+                f"{len(misses)} target(s) over the latency budget (p50):\n{table}",
+                where=str(self.build_dir / "manifest.json"),
+                fix="pick a faster target/precision for the device, or raise "
+                    "budgets.latency_ms in its profile",
+            )
+
+
+async def bench_devices(build: Build, devices: list[Device], *, runs: int, warmup: int,
+                        keep: bool, concurrency: int, events: BenchEvents,
+                        connect_attempts: int | None = None,
+                        backoff_s: float | None = None) -> dict[str, dict[str, Any]]:
+    """Bench every device with at most ``concurrency`` at once; failures stay isolated."""
+    names = [d.name for d in devices]
+    dupes = {n for n in names if names.count(n) > 1}
+    if dupes:
+        raise UsageError(f"device names must be unique: {', '.join(sorted(dupes))}",
+                         fix="give each fleet entry its own `name:`")
+    gate = asyncio.Semaphore(max(1, concurrency))
+    extra: dict[str, Any] = {}
+    if connect_attempts is not None:
+        extra["connect_attempts"] = connect_attempts
+    if backoff_s is not None:
+        extra["backoff_s"] = backoff_s
+
+    async def one(device: Device) -> dict[str, Any]:
+        async with gate:
+            transport = SshTransport(device.ssh, **extra) if device.ssh else LocalTransport()
+            result = await _DeviceRun(build, device, transport, runs, warmup, keep,
+                                      events).run()
+            merge_into_manifest(build.root, {device.name: result})
+            return result
+
+    results = await asyncio.gather(*(one(d) for d in devices))
+    return {d.name: r for d, r in zip(devices, results, strict=True)}
+
+
+def bench(build_dir: Path, devices: list[Device], *, runs: int = DEFAULT_RUNS,
+          warmup: int = DEFAULT_WARMUP, keep: bool = False, concurrency: int = 4,
+          events: BenchEvents | None = None, connect_attempts: int | None = None,
+          backoff_s: float | None = None) -> BenchRun:
+    """Bench a build on ``devices``; returns the results. Call ``raise_for_status()`` to
+    turn device failures into DeviceError (exit 5) and budget misses into BudgetError (3)."""
+    if runs < 1 or warmup < 0:
+        raise UsageError("--runs must be at least 1 and --warmup at least 0")
+    if not devices:
+        raise UsageError("no device to bench", fix="pass --local, --host, --device or --fleet")
+    build = load_build(build_dir)
+    results = asyncio.run(bench_devices(
+        build, devices, runs=runs, warmup=warmup, keep=keep, concurrency=concurrency,
+        events=events or BenchEvents(), connect_attempts=connect_attempts,
+        backoff_s=backoff_s))
+    return BenchRun(Path(build_dir), results)

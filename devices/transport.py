@@ -1,0 +1,121 @@
+"""Where the bench script runs: a device over SSH, or this machine (``--local``).
+
+Both transports give the bench the same four verbs (open, put, run, close) and the same
+work-dir layout, so ``--local`` measures exactly what a device run measures minus SSH.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from edgesmith.profiles.schema import Ssh
+
+from edgesmith.errors import DeviceError
+
+from . import ssh as ssh_mod
+from .ssh import RunResult
+
+
+class Transport:
+    python: str
+    address: str
+    workdir: str | None = None
+    kind: str
+
+    async def open(self) -> None:
+        raise NotImplementedError
+
+    async def put(self, local: Path, rel: str) -> int:
+        raise NotImplementedError
+
+    async def run(self, argv: Sequence[str], timeout: float) -> RunResult:
+        raise NotImplementedError
+
+    async def close(self, keep: bool) -> None:
+        raise NotImplementedError
+
+
+class SshTransport(Transport):
+    kind = "ssh"
+
+    def __init__(self, ssh: Ssh, *, connect_attempts: int = ssh_mod.CONNECT_ATTEMPTS,
+                 backoff_s: float = ssh_mod.BACKOFF_S, config: Sequence[str] | None = None):
+        self.ssh = ssh
+        self.python = ssh.python
+        self.address = ssh_mod.describe(ssh)
+        self.session: ssh_mod.Session | None = None
+        self._connect = dict(attempts=connect_attempts, backoff_s=backoff_s, config=config)
+
+    async def open(self) -> None:
+        self.session = await ssh_mod.connect(self.ssh, **self._connect)
+        self.workdir = await self.session.make_run_dir()
+
+    async def put(self, local: Path, rel: str) -> int:
+        assert self.session is not None and self.workdir is not None
+        return await self.session.upload(local, f"{self.workdir}/{rel}")
+
+    async def run(self, argv: Sequence[str], timeout: float) -> RunResult:
+        assert self.session is not None
+        return await self.session.run(argv, cwd=self.workdir, timeout=timeout)
+
+    async def close(self, keep: bool) -> None:
+        if self.session is None:
+            return
+        try:
+            if self.workdir is not None and not keep:
+                await self.session.remove_tree(self.workdir)
+        finally:
+            await self.session.close()
+            self.session = None
+
+
+class LocalTransport(Transport):
+    """The same work dir and command lines, as subprocesses of this python."""
+
+    kind = "local"
+
+    def __init__(self, python: str | None = None):
+        self.python = python or sys.executable
+        self.address = "local"
+
+    async def open(self) -> None:
+        self.workdir = tempfile.mkdtemp(prefix="edgesmith-bench-")
+
+    async def put(self, local: Path, rel: str) -> int:
+        assert self.workdir is not None
+        dst = Path(self.workdir) / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if Path(local).is_dir():
+            shutil.copytree(local, dst, dirs_exist_ok=True)
+            return sum(p.stat().st_size for p in dst.rglob("*") if p.is_file())
+        shutil.copyfile(local, dst)
+        return dst.stat().st_size
+
+    async def run(self, argv: Sequence[str], timeout: float) -> RunResult:
+        t0 = time.perf_counter()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, cwd=self.workdir, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE)
+        except OSError as e:
+            raise DeviceError(f"cannot start {argv[0]}: {e}", where="local") from None
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), timeout)
+        except asyncio.TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise DeviceError(f"command timed out after {timeout:g} s: {argv[0]}",
+                              where="local", fix="lower --runs") from None
+        return RunResult(proc.returncode if proc.returncode is not None else -1,
+                         out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
+                         time.perf_counter() - t0)
+
+    async def close(self, keep: bool) -> None:
+        if self.workdir is not None and not keep:
+            shutil.rmtree(self.workdir, ignore_errors=True)
