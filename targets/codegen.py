@@ -242,7 +242,7 @@ int es_init(es_model *m, void *arena, size_t arena_size, const char *weights_pat
     if (!m || !arena) return ES_ERR_ARG;
     memset(m, 0, sizeof *m);
     if (arena_size < ES_ARENA_BYTES) return ES_ERR_ARENA_SMALL;
-    if (((size_t)((const unsigned char *)arena - (const unsigned char *)0)) % ES_ARENA_ALIGN)
+    if ((uintptr_t)arena % ES_ARENA_ALIGN)
         return ES_ERR_ARENA_ALIGN;
 {weights_init}    m->arena = (unsigned char *)arena;
     m->arena_size = arena_size;

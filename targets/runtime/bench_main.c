@@ -21,14 +21,24 @@
 #define ES_BENCH_MAX_RUNS 100000
 #endif
 
-typedef union {
-    unsigned char bytes[64];
-    double d;
-    void *p;
-} es_align_unit;
-
-static es_align_unit arena[(ES_ARENA_BYTES + 63u) / 64u];
+/* the arena: static, aligned by hand (portable C99) */
+static unsigned char arena_raw[ES_ARENA_BYTES + ES_ARENA_ALIGN];
 static double lat_ms[ES_BENCH_MAX_RUNS];
+
+/* peak RSS of this process: VmHWM (Linux; not inherited across exec), else ru_maxrss */
+static long peak_rss_kb(void) {
+    struct rusage ru;
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    if (f) {
+        while (fgets(line, sizeof line, f))
+            if (strncmp(line, "VmHWM:", 6) == 0) kb = strtol(line + 6, NULL, 10);
+        fclose(f);
+    }
+    if (kb < 0 && getrusage(RUSAGE_SELF, &ru) == 0) kb = (long)ru.ru_maxrss;
+    return kb;
+}
 
 static int cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
@@ -86,7 +96,6 @@ int main(int argc, char **argv) {
     uint32_t sleep_us = 0;
     uint64_t e0 = 0, e1 = 0, erange = 0;
     es_model m;
-    struct rusage ru;
     for (i = 1; i < argc; ++i) {
         if (i + 1 < argc && strcmp(argv[i], "--weights") == 0) weights = argv[++i];
         else if (i + 1 < argc && strcmp(argv[i], "--input") == 0) input = argv[++i];
@@ -112,7 +121,11 @@ int main(int argc, char **argv) {
                 (unsigned)es_input_bytes[0]);
         return 1;
     }
-    rc = es_init(&m, arena, sizeof arena, weights);
+    {
+        size_t mis = (size_t)((uintptr_t)arena_raw % ES_ARENA_ALIGN);
+        unsigned char *arena = arena_raw + (mis ? ES_ARENA_ALIGN - mis : 0);
+        rc = es_init(&m, arena, ES_ARENA_BYTES, weights);
+    }
     if (rc != ES_OK) {
         fprintf(stderr, "error: es_init: %s\n", es_strerror(rc));
         return 1;
@@ -149,13 +162,12 @@ int main(int argc, char **argv) {
     }
     if (energy_ok) energy_ok = es_rapl_read_uj(sysfs, 0, &e1, NULL) == ES_OK;
     qsort(lat_ms, (size_t)runs, sizeof lat_ms[0], cmp_double);
-    getrusage(RUSAGE_SELF, &ru);
     printf("{\"latency_ms\": {\"p50\": %.6f, \"p90\": %.6f, \"p99\": %.6f, \"min\": %.6f}, "
            "\"arena_bytes\": %u, \"weights_bytes\": %u, \"runs\": %d, \"warmup\": %d, "
            "\"slice\": %d, \"peak_rss_kb\": %ld, \"energy_j_per_inference\": ",
            pct(lat_ms, runs, 0.5), pct(lat_ms, runs, 0.9), pct(lat_ms, runs, 0.99), lat_ms[0],
            (unsigned)ES_ARENA_BYTES, (unsigned)ES_WEIGHTS_BYTES, runs, warmup, slice,
-           (long)ru.ru_maxrss);
+           peak_rss_kb());
     if (energy_ok)
         printf("%.9f}\n", (double)es_energy_delta_uj(e0, e1, erange) / 1e6 / (double)runs);
     else

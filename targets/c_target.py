@@ -1,0 +1,155 @@
+"""``format: c`` — a self-contained C runtime (static arena, mapped or embedded weights).
+
+FP32 lowers the optimised ONNX; INT8 lowers a QDQ model (QAT's if the profile ran QAT,
+else the ONNX-int8 target's, else one calibrated here with ``quantize_qdq``), turning
+DQ -> op -> Q patterns into integer kernels. The folder is compiled with the host ``cc``
+to prove it builds; cross-compilers named in the options are tried too.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from edgesmith.pipeline.artifact import Artifact
+from edgesmith.pipeline.registry import CompatRule, ConvertContext, Runner, Target
+from pydantic import BaseModel, ConfigDict, Field
+
+_HINT = ("the C runtime has no kernel for this op; use another target (onnx, tflite) or "
+         "replace the op in the model")
+
+
+class COptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    weights: Literal["mmap", "embedded"] = "mmap"
+    cc: str = "cc"
+    cflags: str = "-O2"
+    ldflags: str = ""
+    alignment: Literal[16, 64] = 64
+    # cross-compilation: when set, the folder is also built with this compiler
+    cross_cc: str | None = None
+    cross_cflags: str = Field("-O2", description="flags for cross_cc")
+    cross_ldflags: str = ""
+
+
+def _rules() -> dict[str, CompatRule]:
+    from .ir import supported_ops
+
+    rules = {op: CompatRule("supported") for op in supported_ops()}
+    for op in ("BatchNormalization", "Identity", "Dropout", "Reshape", "Flatten", "Squeeze",
+               "Unsqueeze", "Cast", "Upsample"):
+        if op in rules:
+            rules[op] = CompatRule("lowered", "folded or turned into a view at generation time")
+    for op in ("Shape", "Gather", "ConstantOfShape", "Range", "Slice"):
+        rules[op] = CompatRule("lowered", "only when it folds to a constant at generation time")
+    return rules
+
+
+class CTarget(Target):
+    format = "c"
+    precisions = ("fp32", "int8")
+    Options = COptions
+    device_runtime = ""  # a C compiler and make, nothing to import
+    compat_rules: ClassVar[dict[str, CompatRule]] = _rules()
+    default_rule = CompatRule("unsupported", _HINT)
+
+    def compat(self, op_type: str, attrs: dict[str, Any], precision: str) -> CompatRule:
+        rule = CTarget.compat_rules.get(op_type, self.default_rule)
+        if op_type == "Resize" and str(attrs.get("mode", "nearest")) not in (
+                "nearest", "linear", "bilinear"):
+            return CompatRule("unsupported", "Resize: only nearest and linear modes")
+        if op_type in ("Conv", "MaxPool", "AveragePool") and len(
+                attrs.get("kernel_shape", [])) > 2:
+            return CompatRule("unsupported", f"{op_type}: only 1-D and 2-D")
+        return rule
+
+    # -- convert ---------------------------------------------------------------------------
+    def _int8_model(self, ctx: ConvertContext) -> Path:
+        if ctx.qdq_onnx is not None:
+            return Path(ctx.qdq_onnx)
+        built = ctx.built.get("onnx-int8")
+        if built is not None:
+            return Path(built.path)
+        from edgesmith.convert.onnx_qdq import quantize_qdq
+
+        return quantize_qdq(Path(ctx.fp32_onnx), ctx.calib, Path(ctx.work_dir) / "c_qdq.onnx")
+
+    def convert(self, ctx: ConvertContext) -> Artifact:
+        from . import codegen, run
+
+        opts: COptions = ctx.options  # type: ignore[assignment]
+        precision = ctx.target.precision.value
+        src = Path(ctx.fp32_onnx) if precision == "fp32" else self._int8_model(ctx)
+        out = Path(ctx.out_dir)
+        ctx.log(f"c: lowering {src} ({precision})")
+        gen = codegen.from_onnx(src, out, precision=precision,
+                                embedded=opts.weights == "embedded", cc=opts.cc,
+                                cflags=opts.cflags, ldflags=opts.ldflags,
+                                alignment=opts.alignment, name=getattr(ctx.profile, "name",
+                                                                       "model"))
+        run.build(out, log=ctx.log)
+        meta: dict[str, Any] = {**gen.plan.figures(), "weights_bytes": gen.weights_bytes,
+                                "weights": opts.weights, "cc": opts.cc, "cflags": opts.cflags,
+                                "source_onnx": str(src), "steps": _steps(out)}
+        if opts.cross_cc:
+            import shutil
+            import tempfile
+
+            with tempfile.TemporaryDirectory(dir=ctx.work_dir) as tmp:
+                shutil.copytree(out, tmp, dirs_exist_ok=True)
+                run.build(Path(tmp), cc=opts.cross_cc, cflags=opts.cross_cflags, log=ctx.log,
+                          target="lib" if opts.weights == "embedded" else "edgesmith_bench")
+            meta["cross_cc"] = opts.cross_cc
+        _clean(out)
+        return Artifact.of(out, self.format, precision, **meta)
+
+    # -- run -------------------------------------------------------------------------------
+    def runner(self, artifact: Artifact) -> Runner | None:
+        import tempfile
+
+        import numpy as np
+
+        from . import run
+
+        folder = Path(artifact.path)
+        build_dir = Path(tempfile.mkdtemp(prefix="es_c_runner_"))
+        import shutil
+
+        shutil.copytree(folder, build_dir, dirs_exist_ok=True)
+        run.build(build_dir)
+
+        def _run(x: np.ndarray) -> np.ndarray:
+            return run.run(build_dir, x)
+
+        return _run
+
+    def device_bench_spec(self, artifact: Artifact) -> dict[str, Any]:
+        folder = Path(artifact.path)
+        files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+        weights = ["--weights", "weights.bin"] if (folder / "weights.bin").exists() else []
+        return {"format": self.format, "precision": artifact.precision, "files": files,
+                "runtime": self.device_runtime, "folder": folder.name,
+                "build": ["make", "-j2"],
+                "run": ["./edgesmith_bench", *weights, "--runs", "{runs}",
+                        "--warmup", "{warmup}"],
+                "run_shell": "make -j2 && ./edgesmith_bench " + " ".join(
+                    shlex.quote(w) for w in weights) + " --runs {runs} --warmup {warmup}",
+                "input": {"flag": "--input", "format": "raw float32 little-endian, NCHW"},
+                "output": {"flag": "--output", "format": "raw float32 little-endian"},
+                "arena_bytes": artifact.meta.get("arena_bytes")}
+
+
+def _steps(folder: Path) -> int:
+    import re
+
+    m = re.search(r"#define ES_NUM_STEPS (\d+)", (folder / "model.h").read_text())
+    return int(m.group(1)) if m else 0
+
+
+def _clean(folder: Path) -> None:
+    """Leave sources only: the artifact is what a device builds, not our host binary."""
+    for p in list(folder.rglob("*.o")) + [folder / "edgesmith_bench",
+                                          folder / "libedgesmith_model.a"]:
+        p.unlink(missing_ok=True)
