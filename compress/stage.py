@@ -1,0 +1,162 @@
+"""The compress stage: prune -> fine-tune -> QAT, each step measured and gated.
+
+``edgesmith compress`` and ``edgesmith build`` both call :func:`run_compress`. It never
+changes the caller's model; it writes, under ``out_dir``:
+
+- ``model.pt``        TorchScript trace of the compressed FP32 model (``pipeline.model.load``
+                      reads it back; a pruned state dict no longer fits the original class)
+- ``model_state.pt``  its state dict
+- ``model.onnx``      its FP32 ONNX export (dynamic batch)
+- ``model_qdq.onnx``  with QAT: the INT8 Q/DQ ONNX, scored in onnxruntime
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from edgesmith.pipeline.artifact import sha256_path
+from torch import nn
+
+from edgesmith.errors import ModelLoadError
+
+from . import gates
+from .artifacts import export_onnx, save_state_dict, save_torchscript
+from .train import evaluate, fit
+
+Progress = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class CompressResult:
+    section: dict[str, Any]            # the manifest's "compress" section
+    model: nn.Module                   # the compressed FP32 model (eval mode)
+    paths: dict[str, Path] = field(default_factory=dict)  # model_pt, state_dict, onnx, onnx_qdq
+
+    def manifest(self) -> dict[str, Any]:
+        return {"compress": self.section}
+
+
+def _relay(progress: Progress | None, stage: str) -> Progress | None:
+    if progress is None:
+        return None
+    return lambda ev: progress({"stage": stage, "event": "epoch", **ev})
+
+
+def _emit(progress: Progress | None, **ev: Any) -> None:
+    if progress is not None:
+        progress(ev)
+
+
+def run_compress(
+    model: nn.Module,
+    splits: Any,
+    profile: Any,
+    out_dir: Path,
+    *,
+    prune_ratio: float | None = None,
+    qat: bool | None = None,
+    no_budget: bool = False,
+    progress: Progress | None = None,
+) -> CompressResult:
+    """Run the steps ``profile.compress`` enables (``prune_ratio``/``qat`` override it).
+
+    ``progress`` receives ``{"stage", "event": "start", "epochs"}``, per-epoch
+    ``{"stage", "event": "epoch", "epoch", "epochs", "loss", "val_accuracy", "lr"}`` and
+    ``{"stage", "event": "done", "accuracy"}`` for stages ``finetune`` and ``qat``.
+    Raises ``BudgetError`` when a step breaks ``budgets.accuracy_drop`` (unless
+    ``no_budget``), ``UsageError``/``ModelLoadError`` for bad settings or models.
+    """
+    from . import calibration
+    from .prune import prune
+    from .qat import run_qat
+
+    start = time.perf_counter()
+    cfg = profile.compress
+    budget = profile.budgets.accuracy_drop
+    prune_cfg = cfg.prune
+    do_prune = prune_cfg.enabled or prune_ratio is not None
+    if prune_ratio is not None:
+        prune_cfg = prune_cfg.model_copy(update={"enabled": True, "ratio": prune_ratio,
+                                                 "macs_reduction": None})
+    do_qat = cfg.qat.enabled if qat is None else qat
+    if isinstance(model, torch.jit.ScriptModule) and (do_prune or do_qat):
+        raise ModelLoadError(
+            "a TorchScript model cannot be pruned or quantization-aware trained",
+            where=type(model).__name__,
+            fix="pass the Python model (file.py:build, or a state dict .pt with --arch)",
+        )
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    work = copy.deepcopy(model).eval()
+    example = torch.as_tensor(splits.val_x[:1])
+    acc_fp32 = evaluate(work, splits.val_x, splits.val_y)
+    section: dict[str, Any] = {
+        "accuracy_fp32": acc_fp32,
+        "budget": {"accuracy_drop": budget, "enforced": not no_budget},
+        "gates": [], "prune": None, "qat": None,
+    }
+    train = cfg.train
+
+    if do_prune:
+        t0 = time.perf_counter()
+        res = prune(work, example, prune_cfg, data=(splits.train_x, splits.train_y))
+        work = res.model
+        acc_pruned = evaluate(work, splits.val_x, splits.val_y)
+        _emit(progress, stage="finetune", event="start", epochs=prune_cfg.finetune_epochs)
+        ft = fit(work, splits, epochs=prune_cfg.finetune_epochs, lr=prune_cfg.lr,
+                 optimizer=train.optimizer, batch_size=train.batch_size, seed=train.seed,
+                 patience=train.patience, progress=_relay(progress, "finetune"))
+        acc_after = evaluate(work, splits.val_x, splits.val_y)
+        _emit(progress, stage="finetune", event="done", accuracy=acc_after)
+        target = (f"ratio {prune_cfg.ratio}" if prune_cfg.ratio is not None
+                  else f"macs_reduction {prune_cfg.macs_reduction}")
+        section["prune"] = {
+            **res.report,
+            "accuracy_before": acc_fp32, "accuracy_pruned": acc_pruned,
+            "accuracy_after": acc_after,
+            "finetune": {"epochs": prune_cfg.finetune_epochs, "epochs_run": ft["epochs_run"],
+                         "best_epoch": ft["best_epoch"], "lr": prune_cfg.lr,
+                         "optimizer": train.optimizer},
+            "seconds": round(time.perf_counter() - t0, 3),
+        }
+        section["gates"].append(gates.check(
+            "prune + fine-tune", acc_fp32, acc_after, budget, no_budget=no_budget,
+            fix=f"lower the pruning target (now {target}) or raise "
+                f"compress.prune.finetune_epochs (now {prune_cfg.finetune_epochs})"))
+
+    paths: dict[str, Path] = {}
+    paths["model_pt"] = save_torchscript(work, example, out_dir / "model.pt")
+    paths["state_dict"] = save_state_dict(work, out_dir / "model_state.pt")
+    paths["onnx"] = export_onnx(work, example, out_dir / "model.onnx")
+
+    if do_qat:
+        t0 = time.perf_counter()
+        calib = calibration.from_splits(splits, cfg.calibration)
+        _emit(progress, stage="qat", event="start", epochs=cfg.qat.epochs)
+        q = run_qat(work, splits, calib, cfg.qat, train, out_dir / "model_qdq.onnx",
+                    progress=_relay(progress, "qat"))
+        _emit(progress, stage="qat", event="done", accuracy=q.report["accuracy_after"])
+        paths["onnx_qdq"] = q.onnx_path
+        section["qat"] = {**q.report, "accuracy_fp32": acc_fp32,
+                          "seconds": round(time.perf_counter() - t0, 3)}
+        section["gates"].append(gates.check(
+            "QAT INT8 (QDQ ONNX in onnxruntime)", acc_fp32, q.report["accuracy_after"], budget,
+            no_budget=no_budget,
+            fix=f"raise compress.qat.epochs (now {cfg.qat.epochs}), try preset 'mixed', or add "
+                "sensitive layers (the first conv, the classifier) to compress.qat.ignored_scopes"))
+
+    section["accuracy_final"] = (section["qat"]["accuracy_after"] if section["qat"]
+                                 else evaluate(work, splits.val_x, splits.val_y))
+    section["artifacts"] = {
+        name: {"path": p.name, "sha256": sha256_path(p), "size_bytes": p.stat().st_size}
+        for name, p in paths.items()
+    }
+    section["seconds"] = round(time.perf_counter() - start, 3)
+    return CompressResult(section=section, model=work, paths=paths)
