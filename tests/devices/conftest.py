@@ -70,14 +70,35 @@ class SshdServer:
         return self.proc is not None and self.proc.poll() is None
 
     def kill(self) -> None:
-        """Kill the server and every session it forked (like pulling the device's plug)."""
+        """Kill the server and every session it forked (like pulling the device's plug).
+
+        sshd puts each connection in a session of its own (setsid), so the process group
+        is not enough: walk /proc for the listener's descendants first."""
         if self.proc is None:
             return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        victims = [self.proc.pid, *_descendants(self.proc.pid)]
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self.proc.wait(timeout=10)
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
 
 
 def _start(root: Path, log: Path) -> SshdServer:
