@@ -12,6 +12,7 @@ changes the caller's model; it writes, under ``out_dir``:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from collections.abc import Callable
@@ -23,7 +24,7 @@ import torch
 from edgesmith.pipeline.artifact import sha256_path
 from torch import nn
 
-from edgesmith.errors import ModelLoadError
+from edgesmith.errors import BudgetError, ModelLoadError
 
 from . import gates
 from .artifacts import export_onnx, save_state_dict, save_torchscript
@@ -38,19 +39,55 @@ class CompressResult:
     model: nn.Module                   # the compressed FP32 model (eval mode)
     paths: dict[str, Path] = field(default_factory=dict)  # model_pt, state_dict, onnx, onnx_qdq
 
+    @property
     def manifest(self) -> dict[str, Any]:
-        return {"compress": self.section}
+        """The manifest's ``compress`` section (same object as ``section``)."""
+        return self.section
+
+    @property
+    def qdq_onnx(self) -> Path | None:
+        return self.paths.get("onnx_qdq")
 
 
-def _relay(progress: Progress | None, stage: str) -> Progress | None:
-    if progress is None:
+def _relay(progress: Progress | None, events: Any, stage: str) -> Progress | None:
+    if progress is None and events is None:
         return None
-    return lambda ev: progress({"stage": stage, "event": "epoch", **ev})
+
+    def relay(ev: dict[str, Any]) -> None:
+        if progress is not None:
+            progress({"stage": stage, "event": "epoch", **ev})
+        if events is not None:
+            events.epoch(stage, ev["epoch"], ev["epochs"], loss=ev["loss"],
+                         val_acc=ev["val_accuracy"])
+    return relay
 
 
 def _emit(progress: Progress | None, **ev: Any) -> None:
     if progress is not None:
         progress(ev)
+
+
+def _stage(events: Any, name: str, detail: str) -> Any:
+    return events.stage(name, detail) if events is not None else contextlib.nullcontext()
+
+
+def _gate(section: dict[str, Any], step: str, fp32: float, after: float, budget: float | None,
+          no_budget: bool, fix: str) -> None:
+    """Record the verdict; on a miss the BudgetError carries the section so far."""
+    try:
+        section["gates"].append(gates.check(step, fp32, after, budget, no_budget=no_budget,
+                                            fix=fix))
+    except BudgetError as e:
+        section["gates"].append({"step": step, "accuracy_fp32": fp32, "accuracy": after,
+                                 "drop_points": round(100 * (fp32 - after), 4),
+                                 "budget_points": budget, "ok": False})
+        e.compress_section = section  # type: ignore[attr-defined]
+        raise
+
+
+def _describe(p: Any) -> str:
+    target = f"ratio {p.ratio}" if p.ratio is not None else f"MACs -{p.macs_reduction:.0%}"
+    return f"{target}, {p.importance} importance"
 
 
 def run_compress(
@@ -63,12 +100,15 @@ def run_compress(
     qat: bool | None = None,
     no_budget: bool = False,
     progress: Progress | None = None,
+    events: Any = None,
 ) -> CompressResult:
     """Run the steps ``profile.compress`` enables (``prune_ratio``/``qat`` override it).
 
     ``progress`` receives ``{"stage", "event": "start", "epochs"}``, per-epoch
     ``{"stage", "event": "epoch", "epoch", "epochs", "loss", "val_accuracy", "lr"}`` and
     ``{"stage", "event": "done", "accuracy"}`` for stages ``finetune`` and ``qat``.
+    ``events`` (a ``pipeline.events.Events``) gets ``stage()`` contexts for prune, finetune
+    and qat and ``epoch()`` calls; either or both may be given.
     Raises ``BudgetError`` when a step breaks ``budgets.accuracy_drop`` (unless
     ``no_budget``), ``UsageError``/``ModelLoadError`` for bad settings or models.
     """
@@ -106,13 +146,15 @@ def run_compress(
 
     if do_prune:
         t0 = time.perf_counter()
-        res = prune(work, example, prune_cfg, data=(splits.train_x, splits.train_y))
+        with _stage(events, "prune", _describe(prune_cfg)):
+            res = prune(work, example, prune_cfg, data=(splits.train_x, splits.train_y))
         work = res.model
         acc_pruned = evaluate(work, splits.val_x, splits.val_y)
         _emit(progress, stage="finetune", event="start", epochs=prune_cfg.finetune_epochs)
-        ft = fit(work, splits, epochs=prune_cfg.finetune_epochs, lr=prune_cfg.lr,
-                 optimizer=train.optimizer, batch_size=train.batch_size, seed=train.seed,
-                 patience=train.patience, progress=_relay(progress, "finetune"))
+        with _stage(events, "finetune", f"{prune_cfg.finetune_epochs} epochs"):
+            ft = fit(work, splits, epochs=prune_cfg.finetune_epochs, lr=prune_cfg.lr,
+                     optimizer=train.optimizer, batch_size=train.batch_size, seed=train.seed,
+                     patience=train.patience, progress=_relay(progress, events, "finetune"))
         acc_after = evaluate(work, splits.val_x, splits.val_y)
         _emit(progress, stage="finetune", event="done", accuracy=acc_after)
         target = (f"ratio {prune_cfg.ratio}" if prune_cfg.ratio is not None
@@ -126,10 +168,9 @@ def run_compress(
                          "optimizer": train.optimizer},
             "seconds": round(time.perf_counter() - t0, 3),
         }
-        section["gates"].append(gates.check(
-            "prune + fine-tune", acc_fp32, acc_after, budget, no_budget=no_budget,
-            fix=f"lower the pruning target (now {target}) or raise "
-                f"compress.prune.finetune_epochs (now {prune_cfg.finetune_epochs})"))
+        _gate(section, "prune + fine-tune", acc_fp32, acc_after, budget, no_budget,
+              f"lower the pruning target (now {target}) or raise "
+              f"compress.prune.finetune_epochs (now {prune_cfg.finetune_epochs})")
 
     paths: dict[str, Path] = {}
     paths["model_pt"] = save_torchscript(work, example, out_dir / "model.pt")
@@ -140,17 +181,17 @@ def run_compress(
         t0 = time.perf_counter()
         calib = calibration.from_splits(splits, cfg.calibration)
         _emit(progress, stage="qat", event="start", epochs=cfg.qat.epochs)
-        q = run_qat(work, splits, calib, cfg.qat, train, out_dir / "model_qdq.onnx",
-                    progress=_relay(progress, "qat"))
+        with _stage(events, "qat", f"NNCF, {cfg.qat.epochs} epochs, Q/DQ ONNX"):
+            q = run_qat(work, splits, calib, cfg.qat, train, out_dir / "model_qdq.onnx",
+                        progress=_relay(progress, events, "qat"))
         _emit(progress, stage="qat", event="done", accuracy=q.report["accuracy_after"])
         paths["onnx_qdq"] = q.onnx_path
         section["qat"] = {**q.report, "accuracy_fp32": acc_fp32,
                           "seconds": round(time.perf_counter() - t0, 3)}
-        section["gates"].append(gates.check(
-            "QAT INT8 (QDQ ONNX in onnxruntime)", acc_fp32, q.report["accuracy_after"], budget,
-            no_budget=no_budget,
-            fix=f"raise compress.qat.epochs (now {cfg.qat.epochs}), try preset 'mixed', or add "
-                "sensitive layers (the first conv, the classifier) to compress.qat.ignored_scopes"))
+        _gate(section, "QAT INT8 (QDQ ONNX in onnxruntime)", acc_fp32,
+              q.report["accuracy_after"], budget, no_budget,
+              f"raise compress.qat.epochs (now {cfg.qat.epochs}), try preset 'mixed', or add "
+              "sensitive layers (the first conv, the classifier) to compress.qat.ignored_scopes")
 
     section["accuracy_final"] = (section["qat"]["accuracy_after"] if section["qat"]
                                  else evaluate(work, splits.val_x, splits.val_y))
@@ -160,3 +201,61 @@ def run_compress(
     }
     section["seconds"] = round(time.perf_counter() - start, 3)
     return CompressResult(section=section, model=work, paths=paths)
+
+
+def compress_refs(
+    model_ref: str,
+    data_ref: str,
+    profile_ref: str,
+    out_dir: Path,
+    *,
+    arch: str | None = None,
+    trust_pickle: bool = False,
+    seed: int = 0,
+    prune_ratio: float | None = None,
+    qat: bool | None = None,
+    no_budget: bool = False,
+    progress: Progress | None = None,
+    events: Any = None,
+) -> dict[str, Any]:
+    """What ``edgesmith compress`` does: load the three references, run the stage, write
+    ``out_dir/manifest.json`` atomically (also when a gate fails with ``--no-budget`` off:
+    then the manifest holds the figures up to the failing step), return the manifest."""
+    from edgesmith.pipeline import data as data_mod
+    from edgesmith.pipeline import model as model_mod
+    from edgesmith.pipeline.artifact import write_json_atomic
+    from edgesmith.profiles import load as load_profile
+    from edgesmith.profiles import resolve_path
+
+    from edgesmith import __version__
+    from edgesmith.errors import UsageError
+
+    profile_path = resolve_path(profile_ref)
+    profile = load_profile(profile_path)
+    loaded = model_mod.load(model_ref, arch=arch, trust_pickle=trust_pickle)
+    if loaded.torch_model is None:
+        raise UsageError(f"{model_ref} is an ONNX file; compress needs the PyTorch model",
+                         where=model_ref,
+                         fix="pass file.py:build or a .pt checkpoint (with --arch)")
+    splits = data_mod.load(data_ref, seed=seed)
+    model_mod.check_forward(loaded.torch_model, splits.spec.batch_shape(1), model_ref)
+    manifest: dict[str, Any] = {
+        "edgesmith_version": __version__,
+        "command": "compress",
+        "inputs": {"model": model_ref, "arch": arch, "data": splits.summary(),
+                   "profile": {"name": profile.name, "path": str(profile_path),
+                               "sha256": sha256_path(profile_path)}},
+        "compress": None,
+    }
+    out_dir = Path(out_dir)
+    try:
+        result = run_compress(loaded.torch_model, splits, profile, out_dir,
+                              prune_ratio=prune_ratio, qat=qat, no_budget=no_budget,
+                              progress=progress, events=events)
+    except BudgetError as e:
+        manifest["compress"] = {**getattr(e, "compress_section", {}), "failed": e.what}
+        write_json_atomic(out_dir / "manifest.json", manifest)
+        raise
+    manifest["compress"] = result.section
+    write_json_atomic(out_dir / "manifest.json", manifest)
+    return manifest
