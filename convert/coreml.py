@@ -64,12 +64,22 @@ class CoreMLTarget(Target):
     Options = CoreMLOptions
     device_runtime = "coremltools (macOS)"
     not_runnable_reason = "Core ML prediction needs macOS; converted and spec-checked only"
-    compat_rules: dict[str, CompatRule] = {}  # filled at the end of the module
+    # Core ML converts from torch, so these name the ONNX op a torch function exports to;
+    # observed with coremltools 9.0 (tests/convert/test_compat_rules.py)
+    compat_rules = {
+        "Det": CompatRule("unsupported", "coremltools has no converter for torch.linalg.det"),
+    }
 
     def compat(self, op_type: str, attrs: dict[str, Any], precision: str) -> CompatRule:
         if attrs.get("domain") not in (None, "", "ai.onnx"):
             return CompatRule("unsupported", f"custom domain {attrs['domain']}: Core ML "
                                              "converts from torch; the op has no torch source")
+        if op_type == "Resize" and attrs.get("mode") == "cubic":
+            return CompatRule("unsupported", "coremltools cannot convert bicubic upsampling "
+                                             "(upsample_bicubic2d); use bilinear")
+        if op_type == "Mod" and attrs.get("fmod") == 1:
+            return CompatRule("unsupported", "coremltools cannot convert torch.fmod; use "
+                                             "torch.remainder")
         return self.compat_rules.get(op_type, self.default_rule)
 
     def convert(self, ctx: ConvertContext) -> Artifact:

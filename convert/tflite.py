@@ -53,6 +53,24 @@ onnx2tf.convert(**json.loads(sys.argv[1]))
 """
 
 
+# Rules observed with onnx2tf 1.28 + ai-edge-litert 2.3 (tests/convert/test_compat_rules.py
+# converts a tiny model per rule and checks it): "unsupported" means the conversion fails,
+# the model needs the Flex (Select TF ops) delegate the LiteRT builtin interpreter lacks,
+# or the converted model computes something else.
+_FLEX = "becomes a Select-TF (Flex) op that the builtin LiteRT interpreter cannot run"
+_RULES = {
+    "Erf": CompatRule("unsupported", f"Erf {_FLEX}; use GELU(approximate='tanh')"),
+    "Einsum": CompatRule("unsupported", "onnx2tf's Einsum gives wrong results after its "
+                                        "NHWC transposition; rewrite it as MatMul/Transpose"),
+    "CumSum": CompatRule("unsupported", "onnx2tf does not remap the CumSum axis to NHWC: "
+                                        "wrong results"),
+    "GridSample": CompatRule("unsupported", "onnx2tf's GridSample lowering gives wrong results"),
+    "Det": CompatRule("unsupported", "onnx2tf cannot convert Det (tf.linalg.det fails)"),
+    "InstanceNormalization": CompatRule("lowered", "decomposed into mean/variance arithmetic"),
+}
+
+
+
 class TFLiteOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     io: Literal["float", "int8"] = Field(
@@ -67,15 +85,17 @@ class TFLiteTarget(Target):
     Options = TFLiteOptions
     device_runtime = "ai-edge-litert (or tflite-runtime)"
     not_runnable_reason = ""
-    compat_rules: dict[str, CompatRule] = {}  # filled at the end of the module
+    compat_rules = _RULES
 
     def compat(self, op_type: str, attrs: dict[str, Any], precision: str) -> CompatRule:
         if attrs.get("domain") not in (None, "", "ai.onnx"):
-            return CompatRule("unsupported", f"custom domain {attrs['domain']}: onnx2tf "
-                                             "converts standard ONNX ops only")
-        if op_type == "Resize" and attrs.get("mode", "nearest") == "cubic":
-            return CompatRule("unsupported", "cubic Resize has no TFLite builtin; use "
-                                             "linear or nearest")
+            return CompatRule("unsupported", f"custom domain {attrs['domain']}: onnx2tf converts "
+                                             "standard ONNX ops only")
+        if op_type == "Resize" and attrs.get("mode") == "cubic":
+            return CompatRule("unsupported", f"cubic Resize {_FLEX}; use linear or nearest")
+        if op_type == "Mod" and attrs.get("fmod") == 1:
+            return CompatRule("unsupported", "fmod=1 (C-style remainder) is converted as Python "
+                                             "modulo: wrong sign for negative inputs")
         return self.compat_rules.get(op_type, self.default_rule)
 
     # -- convert ---------------------------------------------------------------------------
@@ -158,9 +178,11 @@ def _run_onnx2tf(ctx: ConvertContext, work: Path, *, int8: bool) -> Path:
     np.save(cwd / _SAMPLE_FILE, np.zeros((20, 128, 128, 3), np.float32))
     input_name = _input_name(ctx.fp32_onnx)
     kwargs: dict[str, Any] = {
-        "input_onnx_file_path": str(Path(ctx.fp32_onnx).resolve()),
+        "input_onnx_file_path": str(_static_batch(ctx, _ensure(work / "static"))),
         "output_folder_path": str(out_dir),
-        "batch_size": 1,  # the export has a dynamic batch axis; TFLite wants it static
+        # the export has a dynamic batch axis; TFLite wants every shape static, and
+        # batch_size=1 alone leaves symbolic dims in some ops (ConvTranspose, Reshape)
+        "overwrite_input_shape": [f"{input_name}:{','.join(map(str, (1, *ctx.spec.shape)))}"],
         "copy_onnx_input_output_names_to_tflite": True,
         "verbosity": "info",
     }
@@ -275,6 +297,36 @@ def _onnx_output_shapes(onnx_path: Path, sample: np.ndarray) -> list[list[int]]:
     return [list(o.shape) for o in outs]
 
 
+def _static_batch(ctx: ConvertContext, folder: Path) -> Path:
+    """A copy with batch 1 everywhere, re-simplified: onnx2tf reads declared output and
+    value_info shapes (a symbolic batch left there breaks ConvTranspose), and constant
+    shape arithmetic that only folds once the batch is known breaks its Reshape handling.
+    onnx2tf's own simplifier (the onnxsim CLI) is not installed; onnxslim is."""
+    import onnx
+
+    out = folder / Path(ctx.fp32_onnx).name  # onnx2tf names its outputs after this stem
+    model = onnx.load(str(ctx.fp32_onnx))
+    for value in [*model.graph.input, *model.graph.output]:
+        dims = value.type.tensor_type.shape.dim
+        if len(dims) and not dims[0].HasField("dim_value"):
+            dims[0].Clear()
+            dims[0].dim_value = 1
+    for value in model.graph.output:  # let inference fill the rest from the static input
+        for d in value.type.tensor_type.shape.dim[1:]:
+            if not d.HasField("dim_value"):
+                d.Clear()
+    del model.graph.value_info[:]
+    model = onnx.shape_inference.infer_shapes(model)
+    try:
+        import onnxslim
+
+        model = onnxslim.slim(model)
+    except Exception as e:  # simplification is an aid, not a requirement
+        ctx.log(f"note: onnxslim on the static-batch copy failed ({e}); using it unsimplified")
+    onnx.save(model, str(out))
+    return out
+
+
 def _input_name(onnx_path: Path) -> str:
     import onnx
 
@@ -297,3 +349,4 @@ def _value(v: Any) -> str:
 def _ensure(p: Path) -> Path:
     Path(p).mkdir(parents=True, exist_ok=True)
     return Path(p)
+
