@@ -210,6 +210,11 @@ class Lowerer:
     def _eval(self, node) -> None:
         from onnx.reference import ReferenceEvaluator
 
+        if node.op_type in ("DequantizeLinear", "QuantizeLinear", "Identity"):
+            self.consts[node.output[0]] = _fold_qdq(node, [self.consts.get(i) for i in node.input],
+                                                    self.attrs(node))
+            return
+
         h = self.onnx.helper
         ins = [i for i in node.input if i]
         feeds = {i: self.consts[i] for i in ins}
@@ -328,6 +333,26 @@ class Lowerer:
     def _all_const(self, node) -> bool:
         ins = [i for i in node.input if i]
         return bool(ins) and all(self.const(i) is not None for i in ins)
+
+
+def _fold_qdq(node, ins, attrs) -> np.ndarray:
+    x = ins[0]
+    if node.op_type == "Identity":
+        return x
+    scale = ins[1].astype(np.float32)
+    zp = ins[2] if len(ins) > 2 and ins[2] is not None else np.zeros((), np.uint8 if
+                                                                    node.op_type == "Quantize"
+                                                                    "Linear" else x.dtype)
+    if scale.ndim == 1 and scale.size > 1:
+        axis = attrs.get("axis", 1) % x.ndim
+        shape = [1] * x.ndim
+        shape[axis] = scale.size
+        scale, zp = scale.reshape(shape), zp.reshape(shape)
+    if node.op_type == "DequantizeLinear":
+        return ((x.astype(np.int64) - zp.astype(np.int64)) * scale).astype(np.float32)
+    info = np.iinfo(zp.dtype)
+    q = np.rint(x.astype(np.float32) / scale) + zp.astype(np.int64)
+    return np.clip(q, info.min, info.max).astype(zp.dtype)
 
 
 def _prune_unused(g: Graph) -> None:

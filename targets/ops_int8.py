@@ -1,9 +1,366 @@
-"""INT8 lowering (QDQ patterns -> quantized kernels). Filled in below."""
+"""INT8 lowering: QDQ patterns -> integer kernels, TFLite's scheme.
+
+A ``DequantizeLinear`` of an int8 activation is not run: its output is bound as a *float
+view* of the int8 tensor (``Value.deq``). A compute node whose inputs are such views and
+whose output goes (through an optional Relu/Clip) into a ``QuantizeLinear`` becomes one
+integer kernel writing the Q's int8 tensor:
+
+    DQ(x) -> Conv(DQ(w), DQ(b)) [-> Relu] -> Q   =>   es_conv2d_i8
+    DQ(a), DQ(b) -> Add -> Q                        =>   es_add_i8
+    DQ(x) -> GlobalAveragePool / MaxPool -> Q       =>   es_global_avgpool_i8 / es_maxpool2d_i8
+    DQ(x) -> Gemm | MatMul(DQ(w)) -> Q              =>   es_fc_i8
+
+Anything else runs in float: the view is materialised by a dequantize step, the float
+kernel runs, and the next Q quantizes again. Weights must be symmetric int8 (zero point
+0), per tensor or per output channel; requantisation is a Q31 multiplier and a shift.
+"""
 
 from __future__ import annotations
 
-from .ir import Lowerer, Value
+import math
+
+import numpy as np
+
+from .ir import LOWER, LOWER_INT8, Call, Lowerer, Ref, Value
+from .ops_f32 import as2d, clip_bounds, conv_pads, conv_params, pool_geometry, prod
+
+
+def quantize_multiplier(real: float) -> tuple[int, int]:
+    """TFLite's QuantizeMultiplier: real = mult * 2^(shift - 31), mult in [2^30, 2^31)."""
+    if real == 0.0:
+        return 0, 0
+    q, shift = math.frexp(real)
+    qf = int(round(q * (1 << 31)))
+    if qf == (1 << 31):
+        qf //= 2
+        shift += 1
+    if shift < -31:
+        return 0, 0
+    if shift > 30:
+        shift, qf = 30, (1 << 31) - 1
+    return qf, shift
+
+
+def _qparams(L: Lowerer, node) -> tuple[float, int] | None:
+    """Per-tensor (scale, zero point) of a Q/DQ node, or None (per-axis or not int8)."""
+    s = L.const(node.input[1])
+    z = L.const(node.input[2]) if len(node.input) > 2 and node.input[2] else np.zeros((), np.int8)
+    if s is None or z is None or s.size != 1 or z.dtype != np.int8:
+        return None
+    return float(s.reshape(-1)[0]), int(z.reshape(-1)[0])
 
 
 def materialize_dequant(L: Lowerer, name: str, v: Value) -> Value:
-    raise NotImplementedError
+    t = L.tensors[v.tensor]
+    cached = L._deq_cache.get(v.tensor)
+    if cached is None:
+        cached = L.new_tensor(v.tensor + "_f", t.shape, "f32")
+        L.steps.append(_step(f"dequantize_{v.tensor}", "DequantizeLinear", [v.tensor], [cached],
+                             [Call("es_dequantize_i8_f32", [Ref(v.tensor), Ref(cached), t.size,
+                                                            float(t.scale), t.zero_point])]))
+        L._deq_cache[v.tensor] = cached
+    return Value(cached, v.shape)
+
+
+def _step(name, op, ins, outs, calls, scratch=0):
+    from .ir import Step
+
+    return Step(name, op, ins, outs, calls, False, scratch)
+
+
+# -- Q / DQ themselves (both precisions) -----------------------------------------------------
+def quantize_linear(L: Lowerer, node) -> bool:
+    qp = _qparams(L, node)
+    if qp is None:
+        from .ops_f32 import unsupported
+
+        raise unsupported(node, "per-axis or non-int8 activation quantization")
+    scale, zp = qp
+    v = L.value(node.input[0])
+    if v.deq:  # DQ -> (views) -> Q: same int8 data, maybe new scale
+        t = L.tensors[v.tensor]
+        if abs(float(t.scale) - scale) <= 1e-9 * scale and t.zero_point == zp:
+            L.bind(node.output[0], v.tensor, v.shape)
+            return True
+        y = L.new_tensor(node.output[0], v.shape, "i8", scale=np.float32(scale), zero_point=zp)
+        mult, shift = quantize_multiplier(float(t.scale) / scale)
+        L.add_step(node, [v.tensor], [y], [Call("es_requant_i8", [
+            Ref(v.tensor), Ref(y), prod(v.shape), t.zero_point, zp, mult, shift, -128, 127])])
+        L.bind(node.output[0], y, v.shape)
+        return True
+    x = L.f32(node.input[0])
+    y = L.new_tensor(node.output[0], x.shape, "i8", scale=np.float32(scale), zero_point=zp)
+    L.add_step(node, [x.tensor], [y], [Call("es_quantize_f32_i8", [
+        Ref(x.tensor), Ref(y), prod(x.shape), float(scale), zp])])
+    L.bind(node.output[0], y, x.shape)
+    return True
+
+
+def dequantize_linear(L: Lowerer, node) -> bool:
+    v = L.value(node.input[0])
+    t = L.tensors[v.tensor]
+    qp = _qparams(L, node)
+    if t.dtype != "i8" or qp is None:
+        from .ops_f32 import unsupported
+
+        raise unsupported(node, "dequantizing a non-int8 or per-axis activation")
+    scale, zp = qp
+    if t.scale is None or abs(float(t.scale) - scale) > 1e-9 * scale or t.zero_point != zp:
+        # a DQ with its own parameters: dequantize explicitly
+        y = L.new_tensor(node.output[0], v.shape, "f32")
+        L.add_step(node, [v.tensor], [y], [Call("es_dequantize_i8_f32", [
+            Ref(v.tensor), Ref(y), prod(v.shape), float(scale), zp])])
+        L.bind(node.output[0], y, v.shape)
+        return True
+    L.bind(node.output[0], v.tensor, v.shape, deq=True)
+    return True
+
+
+for _d in (LOWER, LOWER_INT8):
+    _d["QuantizeLinear"] = lambda L, n: quantize_linear(L, n) or None
+    _d["DequantizeLinear"] = lambda L, n: dequantize_linear(L, n) or None
+LOWER_INT8["QuantizeLinear"] = quantize_linear
+LOWER_INT8["DequantizeLinear"] = dequantize_linear
+
+
+# -- pattern helpers -------------------------------------------------------------------------
+def _q_after(L: Lowerer, out: str):
+    """(Q node, activation node or None) when ``out`` flows into exactly one Q."""
+    nxt = L.single_consumer(out)
+    act = None
+    if nxt is not None and nxt.op_type in ("Relu", "Clip"):
+        act, nxt = nxt, L.single_consumer(nxt.output[0])
+    if nxt is None or nxt.op_type != "QuantizeLinear" or _qparams(L, nxt) is None:
+        return None
+    return nxt, act
+
+
+def _act_range(L: Lowerer, act, scale: float, zp: int) -> tuple[int, int]:
+    lo, hi = -128, 127
+    if act is None:
+        return lo, hi
+    if act.op_type == "Relu":
+        return max(lo, zp), hi
+    a, b = clip_bounds(L, act)
+    return max(lo, zp + int(round(a / scale))), min(hi, zp + int(round(b / scale)))
+
+
+def _deq_input(L: Lowerer, name: str) -> Value | None:
+    name = L.alias.get(name, name)
+    v = L.env.get(name)
+    return v if v is not None and v.deq else None
+
+
+def _const_weight(L: Lowerer, name: str):
+    """(int8 weights, per-channel scales) of DQ(const int8) feeding ``name``, else None."""
+    node = L.producer.get(name)
+    while node is not None and node.op_type == "Identity":
+        node = L.producer.get(node.input[0])
+    if node is None or node.op_type != "DequantizeLinear":
+        return None
+    w = L.const(node.input[0])
+    s = L.const(node.input[1])
+    z = L.const(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    if w is None or s is None or w.dtype != np.int8 or (z is not None and np.any(z != 0)):
+        return None
+    axis = L.attrs(node).get("axis", 1)
+    return w, s.astype(np.float64).reshape(-1), axis
+
+
+def _out_tensor(L: Lowerer, qnode, shape) -> str:
+    scale, zp = _qparams(L, qnode)
+    return L.new_tensor(qnode.output[0], shape, "i8", scale=np.float32(scale), zero_point=zp)
+
+
+def _finish(L: Lowerer, qnode, act, y: str, shape) -> None:
+    L.done.add(id(qnode))
+    if act is not None:
+        L.done.add(id(act))
+    L.bind(qnode.output[0], y, shape)
+
+
+def _requant_tables(L, node, s_x, s_w, s_y, m):
+    s_w = np.broadcast_to(s_w, (m,))
+    ms = [quantize_multiplier(float(s_x) * float(sw) / float(s_y)) for sw in s_w]
+    mult = L.const_tensor(node.name + "_mult", np.array([a for a, _ in ms], np.int32), "i32")
+    shift = L.const_tensor(node.name + "_shift", np.array([b for _, b in ms], np.int32), "i32")
+    return mult, shift
+
+
+def _bias_i32(L, node, idx, s_x, s_w, m) -> str:
+    b = L.const(node.input[idx]) if len(node.input) > idx and node.input[idx] else None
+    b = np.zeros(m, np.float64) if b is None else b.astype(np.float64).reshape(-1)
+    bq = np.round(np.broadcast_to(b, (m,)) / (float(s_x) * np.broadcast_to(s_w, (m,))))
+    return L.const_tensor(node.name + "_bias", np.clip(bq, -2**31, 2**31 - 1).astype(np.int32),
+                          "i32")
+
+
+# -- quantized ops ---------------------------------------------------------------------------
+def conv_i8(L: Lowerer, node) -> bool:
+    x = _deq_input(L, node.input[0])
+    wq = _const_weight(L, node.input[1])
+    pat = _q_after(L, node.output[0])
+    if x is None or wq is None or pat is None or len(x.shape) not in (3, 4):
+        return False
+    w, s_w, axis = wq
+    m = w.shape[0]
+    if s_w.size not in (1, m) or (s_w.size > 1 and axis != 0):
+        return False
+    qnode, act = pat
+    a = L.attrs(node)
+    tx = L.tensors[x.tensor]
+    s_y, zp_y = _qparams(L, qnode)
+    nsp = len(x.shape) - 2
+    k = list(w.shape[2:])
+    s = list(a.get("strides", [1] * nsp))
+    d = list(a.get("dilations", [1] * nsp))
+    pads = conv_pads(a, x.shape[2:], k, s, d)
+    sp, kk, ss, dd, pp = as2d(x.shape[2:], k, s, d, pads)
+    osp = [(sp[i] + pp[i] + pp[i + 2] - dd[i] * (kk[i] - 1) - 1) // ss[i] + 1 for i in range(2)]
+    n, c = x.shape[0], x.shape[1]
+    oshape = (n, m, *([osp[1]] if nsp == 1 else osp))
+    qmin, qmax = _act_range(L, act, s_y, zp_y)
+    y = _out_tensor(L, qnode, oshape)
+    wt = L.const_tensor(node.name + "_w", w, "i8")
+    bt = _bias_i32(L, node, 2, tx.scale, s_w, m)
+    mult, shift = _requant_tables(L, node, tx.scale, s_w, s_y, m)
+    params = conv_params(c, sp, m, osp, kk, ss, pp, dd, int(a.get("group", 1)), 0, 0.0, 0.0,
+                         x_zp=tx.zero_point, y_zp=zp_y, qmin=qmin, qmax=qmax)
+    calls = [Call("es_conv2d_i8", [Ref(x.tensor, i * c * sp[0] * sp[1]), Ref(wt), Ref(bt),
+                                   Ref(mult), Ref(shift), Ref("__scratch"),
+                                   Ref(y, i * m * osp[0] * osp[1]), params]) for i in range(n)]
+    L.add_step(node, [x.tensor], [y], calls, scratch=4 * osp[0] * osp[1])
+    _finish(L, qnode, act, y, oshape)
+    return True
+
+
+def fc_i8(L: Lowerer, node) -> bool:
+    x = _deq_input(L, node.input[0])
+    wq = _const_weight(L, node.input[1])
+    pat = _q_after(L, node.output[0])
+    if x is None or wq is None or pat is None or len(x.shape) < 2:
+        return False
+    a = L.attrs(node) if node.op_type == "Gemm" else {}
+    if a.get("transA", 0) or a.get("alpha", 1.0) != 1.0 or a.get("beta", 1.0) != 1.0:
+        return False
+    w, s_w, axis = wq
+    if w.ndim != 2:
+        return False
+    trans_b = bool(a.get("transB", 0))
+    wn = w if trans_b else w.T  # [N][K]
+    nn, kk = wn.shape
+    out_axis = 0 if trans_b else 1
+    if s_w.size not in (1, nn) or (s_w.size > 1 and axis != out_axis):
+        return False
+    if node.op_type == "Gemm" and len(node.input) > 2 and node.input[2]:
+        c = L.const(node.input[2])
+        if c is None or c.size not in (1, nn):
+            return False
+    qnode, act = pat
+    tx = L.tensors[x.tensor]
+    s_y, zp_y = _qparams(L, qnode)
+    mrows = prod(x.shape[:-1])
+    oshape = (*x.shape[:-1], nn)
+    qmin, qmax = _act_range(L, act, s_y, zp_y)
+    y = _out_tensor(L, qnode, oshape)
+    wt = L.const_tensor(node.name + "_w", np.ascontiguousarray(wn), "i8")
+    bt = _bias_i32(L, node, 2, tx.scale, s_w, nn) if node.op_type == "Gemm" else \
+        L.const_tensor(node.name + "_bias", np.zeros(nn, np.int32), "i32")
+    mult, shift = _requant_tables(L, node, tx.scale, s_w, s_y, nn)
+    L.add_step(node, [x.tensor], [y], [Call("es_fc_i8", [
+        Ref(x.tensor), Ref(wt), Ref(bt), Ref(mult), Ref(shift), Ref(y), mrows, nn, kk,
+        tx.zero_point, zp_y, qmin, qmax])])
+    _finish(L, qnode, act, y, oshape)
+    return True
+
+
+def add_i8(L: Lowerer, node) -> bool:
+    va, vb = _deq_input(L, node.input[0]), _deq_input(L, node.input[1])
+    pat = _q_after(L, node.output[0])
+    if va is None or vb is None or pat is None or va.shape != vb.shape:
+        return False
+    qnode, act = pat
+    ta, tb = L.tensors[va.tensor], L.tensors[vb.tensor]
+    s_y, zp_y = _qparams(L, qnode)
+    sa, sb = float(ta.scale), float(tb.scale)
+    left = 20
+    twice_max = 2 * max(sa, sb)
+    am, ash = quantize_multiplier(sa / twice_max)
+    bm, bsh = quantize_multiplier(sb / twice_max)
+    ym, ysh = quantize_multiplier(twice_max / ((1 << left) * s_y))
+    qmin, qmax = _act_range(L, act, s_y, zp_y)
+    y = _out_tensor(L, qnode, va.shape)
+    params = {"__struct__": "es_qadd_params", "a_zp": ta.zero_point, "b_zp": tb.zero_point,
+              "y_zp": zp_y, "left_shift": left, "a_mult": am, "a_shift": ash, "b_mult": bm,
+              "b_shift": bsh, "y_mult": ym, "y_shift": ysh, "qmin": qmin, "qmax": qmax,
+              "sub": int(node.op_type == "Sub")}
+    L.add_step(node, [va.tensor, vb.tensor], [y], [Call("es_add_i8", [
+        Ref(va.tensor), Ref(vb.tensor), Ref(y), prod(va.shape), params])])
+    _finish(L, qnode, act, y, va.shape)
+    return True
+
+
+def gap_i8(L: Lowerer, node) -> bool:
+    x = _deq_input(L, node.input[0])
+    pat = _q_after(L, node.output[0])
+    if x is None or pat is None or pat[1] is not None:
+        return False
+    qnode = pat[0]
+    tx = L.tensors[x.tensor]
+    s_y, zp_y = _qparams(L, qnode)
+    hw = prod(x.shape[2:])
+    oshape = (*x.shape[:2], *([1] * (len(x.shape) - 2)))
+    mult, shift = quantize_multiplier(float(tx.scale) / (s_y * hw))
+    y = _out_tensor(L, qnode, oshape)
+    L.add_step(node, [x.tensor], [y], [Call("es_global_avgpool_i8", [
+        Ref(x.tensor), Ref(y), x.shape[0] * x.shape[1], hw, tx.zero_point, zp_y, mult, shift])])
+    _finish(L, qnode, None, y, oshape)
+    return True
+
+
+def pool_i8(L: Lowerer, node) -> bool:
+    x = _deq_input(L, node.input[0])
+    pat = _q_after(L, node.output[0])
+    if x is None or pat is None or pat[1] is not None or len(node.output) > 1:
+        return False
+    qnode = pat[0]
+    tx = L.tensors[x.tensor]
+    s_y, zp_y = _qparams(L, qnode)
+    params, oshape = pool_geometry(L, node, x)
+    if node.op_type == "MaxPool":
+        if abs(float(tx.scale) - s_y) > 1e-9 * s_y or tx.zero_point != zp_y:
+            return False
+        fn = "es_maxpool2d_i8"
+    else:
+        if params["DH"] != 1 or params["DW"] != 1 or params["PB"] or params["PR"] \
+                or params["PT"] or params["PL"]:
+            return False
+        mult, shift = quantize_multiplier(float(tx.scale) / s_y)
+        params.update(x_zp=tx.zero_point, y_zp=zp_y, mult=mult, shift=shift)
+        fn = "es_avgpool2d_i8"
+    y = _out_tensor(L, qnode, oshape)
+    L.add_step(node, [x.tensor], [y], [Call(fn, [Ref(x.tensor), Ref(y), params])])
+    _finish(L, qnode, None, y, oshape)
+    return True
+
+
+def act_i8(L: Lowerer, node) -> bool:
+    """DQ -> Relu/Clip -> Q left unfused by the quantizer: a clamped requantisation."""
+    x = _deq_input(L, node.input[0])
+    nxt = L.single_consumer(node.output[0])
+    if x is None or nxt is None or nxt.op_type != "QuantizeLinear" or _qparams(L, nxt) is None:
+        return False
+    tx = L.tensors[x.tensor]
+    s_y, zp_y = _qparams(L, nxt)
+    qmin, qmax = _act_range(L, node, s_y, zp_y)
+    mult, shift = quantize_multiplier(float(tx.scale) / s_y)
+    y = _out_tensor(L, nxt, x.shape)
+    L.add_step(node, [x.tensor], [y], [Call("es_requant_i8", [
+        Ref(x.tensor), Ref(y), prod(x.shape), tx.zero_point, zp_y, mult, shift, qmin, qmax])])
+    _finish(L, nxt, None, y, x.shape)
+    return True
+
+
+LOWER_INT8.update({"Conv": conv_i8, "Gemm": fc_i8, "MatMul": fc_i8, "Add": add_i8,
+                   "Sub": add_i8, "GlobalAveragePool": gap_i8, "MaxPool": pool_i8,
+                   "AveragePool": pool_i8, "Relu": act_i8, "Clip": act_i8})
