@@ -102,18 +102,14 @@ class TFLiteTarget(Target):
     def convert(self, ctx: ConvertContext) -> Artifact:
         precision = _value(ctx.target.precision)
         io = ctx.options.io if precision == "int8" else "float"
-        work = Path(tempfile.mkdtemp(prefix="onnx2tf-", dir=_ensure(ctx.work_dir)))
-        try:
-            produced = _run_onnx2tf(ctx, work, int8=precision == "int8")
-            src = produced / (ctx.fp32_onnx.stem + _VARIANTS[(precision, io)])
-            if not src.is_file():
-                raise ConversionError(
-                    f"onnx2tf finished but wrote no {src.name}", where=f"{FORMAT} conversion",
-                    fix=f"see the full converter output in {ctx.log_path}")
-            out = _ensure(ctx.out_dir) / "model.tflite"
-            shutil.copyfile(src, out)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+        produced = _onnx2tf_cached(ctx, int8=precision == "int8")
+        src = produced / (ctx.fp32_onnx.stem + _VARIANTS[(precision, io)])
+        if not src.is_file():
+            raise ConversionError(
+                f"onnx2tf finished but wrote no {src.name}", where=f"{FORMAT} conversion",
+                fix=f"see the full converter output in {ctx.log_path}")
+        out = _ensure(ctx.out_dir) / "model.tflite"
+        shutil.copyfile(src, out)
         meta: dict[str, Any] = {
             "converter": f"onnx2tf {_version('onnx2tf')}",
             "io": io,
@@ -170,6 +166,33 @@ class TFLiteTarget(Target):
 
 
 # -- onnx2tf in a child process ---------------------------------------------------------------
+def _onnx2tf_cached(ctx: ConvertContext, *, int8: bool) -> Path:
+    """One onnx2tf run writes every variant (fp32, fp16, and int8 when calibrating), so
+    the tflite targets of one build share it through the build's scratch folder."""
+    import hashlib
+
+    h = hashlib.sha256(Path(ctx.fp32_onnx).read_bytes())
+    h.update(repr(tuple(ctx.spec.shape)).encode())
+    base = h.hexdigest()[:16]
+    h.update(np.ascontiguousarray(ctx.calib.x).tobytes())
+    h.update(repr(ctx.calib.per_channel).encode())
+    with_int8 = _ensure(ctx.work_dir) / f"onnx2tf-{h.hexdigest()[:16]}-int8"
+    float_only = Path(ctx.work_dir) / f"onnx2tf-{base}-float"
+    for done in ([with_int8] if int8 else [with_int8, float_only]):
+        if (done / "saved_model").is_dir():
+            ctx.log(f"onnx2tf: reusing {done} (same ONNX and calibration set)")
+            return done / "saved_model"
+    final = with_int8 if int8 else float_only
+    work = Path(tempfile.mkdtemp(prefix="onnx2tf-", dir=ctx.work_dir))
+    try:
+        _run_onnx2tf(ctx, work, int8=int8)
+        shutil.rmtree(final, ignore_errors=True)
+        (work / "saved_model").rename(_ensure(final) / "saved_model")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return final / "saved_model"
+
+
 def _run_onnx2tf(ctx: ConvertContext, work: Path, *, int8: bool) -> Path:
     """Run onnx2tf on ``ctx.fp32_onnx``; returns the folder holding its .tflite files."""
     out_dir = work / "saved_model"
