@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from edgesmith.devices.bench import DEFAULT_RUNS, DEFAULT_WARMUP, BenchEvents, BenchRun, bench
-from edgesmith.devices.fleet import resolve_devices
 from rich import box
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from edgesmith.devices.bench import DEFAULT_RUNS, DEFAULT_WARMUP, BenchEvents, BenchRun, bench
+from edgesmith.devices.fleet import resolve_devices
 
 from .app import app, err_console, out_console
 

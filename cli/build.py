@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import typer
-from edgesmith.pipeline import build as build_mod
 
 from edgesmith.errors import EdgesmithError
+from edgesmith.pipeline import build as build_mod
 
 from .app import app, out_console
 from .render import RichEvents, targets_table
@@ -53,6 +53,7 @@ def build(
     qat: bool = typer.Option(None, "--qat/--no-qat", help="override the profile's QAT setting"),
     no_budget: bool = typer.Option(False, help="report budget misses instead of failing"),
     seed: int = typer.Option(0, help="seed of the data split and training"),
+    force: bool = typer.Option(False, "--force", help="redo every stage; ignore the cache"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON on stdout"),
 ) -> None:
     """Compress (if the profile asks), export, check op compat, convert every target of
@@ -64,7 +65,7 @@ def build(
     _run(build_mod.BuildRequest(model=model, data=data, profile=profile, out=out, arch=arch,
                                 trust_pickle=trust_pickle, targets=target or [],
                                 prune_ratio=prune_ratio, qat=qat, no_budget=no_budget,
-                                seed=seed), as_json)
+                                seed=seed, use_cache=not force), as_json)
 
 
 @app.command()
@@ -79,6 +80,7 @@ def convert(
                                      help="only these targets, FORMAT[:PRECISION]; repeatable"),
     no_budget: bool = typer.Option(False, help="report budget misses instead of failing"),
     seed: int = typer.Option(0, help="seed of the data split"),
+    force: bool = typer.Option(False, "--force", help="redo every stage; ignore the cache"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON on stdout"),
 ) -> None:
     """Like `build` without compression: export, compat check, convert, validate.
@@ -88,4 +90,5 @@ def convert(
     """
     _run(build_mod.BuildRequest(model=model, data=data, profile=profile, out=out, arch=arch,
                                 trust_pickle=trust_pickle, targets=target or [],
-                                compress=False, no_budget=no_budget, seed=seed), as_json)
+                                compress=False, no_budget=no_budget, seed=seed,
+                                use_cache=not force), as_json)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import typer
-from edgesmith.pipeline.inspect import inspect as run_inspect
 from rich.table import Table
+
+from edgesmith.pipeline.inspect import inspect as run_inspect
 
 from .app import app, out_console
 from .build import DATA_HELP, MODEL_HELP, PROFILE_HELP

@@ -6,10 +6,10 @@ import json
 
 import typer
 import yaml
-from edgesmith.pipeline.stages import resolve_targets
 from rich.table import Table
 
 from edgesmith import profiles as prof
+from edgesmith.pipeline.stages import resolve_targets
 
 from .app import app, out_console
 

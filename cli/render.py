@@ -7,10 +7,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from edgesmith.pipeline.events import Events
-from edgesmith.pipeline.report import HEADER, target_rows
 from rich import box
 from rich.table import Table
+
+from edgesmith.pipeline.events import Events
+from edgesmith.pipeline.report import HEADER, target_rows
 
 from .app import err_console
 

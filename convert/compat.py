@@ -11,9 +11,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from edgesmith.pipeline import registry
-
 from edgesmith.errors import UnsupportedOpError
+from edgesmith.pipeline import registry
 
 # attributes worth showing: they are what usually decides whether a target copes
 _SHOWN_ATTRS = ("kernel_shape", "strides", "dilations", "group", "pads", "mode", "axis", "perm",

@@ -10,9 +10,8 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-from edgesmith.pipeline.capture import capture_output
-
 from edgesmith.errors import ConversionError
+from edgesmith.pipeline.capture import capture_output
 
 DEFAULT_OPSET = 17
 

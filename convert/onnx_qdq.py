@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from edgesmith.pipeline.artifact import Artifact
-from edgesmith.pipeline.registry import CompatRule, ConvertContext, Runner, Target
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgesmith.errors import ConversionError
+from edgesmith.pipeline.artifact import Artifact
+from edgesmith.pipeline.registry import CompatRule, ConvertContext, Runner, Target
 
 # ORT has no MSE calibrator; its histogram "Distribution" method is the closest relative.
 _ORT_METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile",

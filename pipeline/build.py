@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgesmith.profiles import load as load_profile
-from edgesmith.profiles import resolve_path
-
 from edgesmith import __version__
 from edgesmith.errors import BudgetError, EdgesmithError
+from edgesmith.profiles import load as load_profile
+from edgesmith.profiles import resolve_path
 
 from . import data as data_mod
 from . import model as model_mod
@@ -55,6 +54,7 @@ class BuildRequest:
     prune_ratio: float | None = None
     qat: bool | None = None
     seed: int = 0
+    use_cache: bool = True  # --force turns it off
 
 
 def _input_hashes(req: BuildRequest, profile_path: Path, splits) -> dict[str, str]:
@@ -128,11 +128,12 @@ def run(req: BuildRequest, events: Events | None = None) -> dict[str, Any]:
         for spec, options in resolved:
             with events.stage(f"target {spec.name}", "convert + validate"):
                 r = stages.convert_and_validate(spec, options, {**ctx_args, "built": built},
-                                                splits, ref, root)
+                                                splits, ref, root, use_cache=req.use_cache)
             if r.artifact is not None and r.status == "ok":
                 built[spec.name] = r.artifact
             results.append(r)
-            events.info(r.message or f"{spec.name}: ok")
+            cached = " (from cache)" if r.artifact and r.artifact.meta.get("cached") else ""
+            events.info(r.message or f"{spec.name}: ok{cached}")
         misses = stages.check_budgets(results, profile.budgets)
 
         manifest = {

@@ -6,18 +6,19 @@
 
 from __future__ import annotations
 
+import hashlib
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from edgesmith.profiles.schema import TargetSpec
 
 from edgesmith.errors import ConversionError, EdgesmithError, ProfileError
+from edgesmith.profiles.schema import TargetSpec
 
-from . import registry, validate
-from .artifact import Artifact
+from . import cache, registry, validate
+from .artifact import Artifact, sha256_path
 from .data import Splits
 from .model import LoadedModel, check_forward
 
@@ -114,8 +115,27 @@ class TargetResult:
         return d
 
 
+def _cache_key(target: registry.Target, ctx: registry.ConvertContext) -> str:
+    """Everything a conversion reads: input files, settings, calibration data, versions."""
+    from edgesmith import __version__
+
+    from .build import tool_versions
+
+    # the TorchScript file is left out: torch.jit.save is not byte-deterministic, and it is
+    # traced from the same module as the ONNX export, whose hash already identifies it
+    files = {"fp32_onnx": ctx.fp32_onnx, "qdq_onnx": ctx.qdq_onnx}
+    return cache.make_key({
+        "files": {k: sha256_path(v) for k, v in files.items() if v is not None},
+        "target": ctx.target.name, "options": ctx.options.model_dump(mode="json"),
+        "calib": [hashlib.sha256(ctx.calib.x.tobytes()).hexdigest(), ctx.calib.summary()],
+        "built": {k: a.sha256 for k, a in sorted(ctx.built.items())},
+        "input": ctx.spec.to_json(), "tools": tool_versions(), "edgesmith": __version__,
+        "code": cache.code_hash(target),
+    })
+
+
 def convert_and_validate(spec: Any, options: Any, ctx_args: dict[str, Any], splits: Splits,
-                         ref: Reference, root: Path) -> TargetResult:
+                         ref: Reference, root: Path, use_cache: bool = True) -> TargetResult:
     """One target: convert, then validate; a crash is caught and logged, not propagated,
     so the other targets of the profile still complete and are reported."""
     target = registry.get(spec.format.value)
@@ -123,8 +143,19 @@ def convert_and_validate(spec: Any, options: Any, ctx_args: dict[str, Any], spli
     out_dir.mkdir(parents=True, exist_ok=True)
     ctx = registry.ConvertContext(target=spec, options=options, out_dir=out_dir,
                                   log_path=root / "logs" / f"{spec.name}.log", **ctx_args)
+    key = _cache_key(target, ctx) if use_cache else None
+    hit = cache.lookup("targets", key, out_dir) if key else None
     try:
-        artifact = target.convert(ctx)
+        if hit is not None:
+            artifact = Artifact(out_dir / hit["artifact"], hit["format"], hit["precision"],
+                                hit["sha256"], {**hit["meta"], "cached": True})
+        else:
+            artifact = target.convert(ctx)
+            if key:
+                cache.store("targets", key, out_dir, {
+                    "artifact": artifact.path.relative_to(out_dir).as_posix(),
+                    "format": artifact.format, "precision": artifact.precision,
+                    "sha256": artifact.sha256, "meta": artifact.meta})
     except EdgesmithError as e:
         ctx.log(e.message())
         return TargetResult(spec, None, None, "failed", f"{spec.name}: convert: {e.what}")

@@ -54,3 +54,12 @@ def digits_ckpt(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("digits") / "digits.pt"
     torch.save(model.state_dict(), path)
     return path
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache(tmp_path_factory):
+    """Tests never read or fill the user's ~/.cache/edgesmith."""
+    import os
+
+    os.environ["EDGESMITH_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    yield

@@ -13,8 +13,9 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from edgesmith.pipeline.data import digits  # noqa: E402
 from model import build  # noqa: E402
+
+from edgesmith.pipeline.data import digits  # noqa: E402
 
 
 def train(epochs: int = 30, seed: int = 0) -> tuple[nn.Module, float]:

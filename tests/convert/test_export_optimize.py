@@ -6,12 +6,12 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from edgesmith.convert import compat, export, optimize
-from edgesmith.pipeline import data
-from edgesmith.profiles.schema import TargetSpec
 from torch import nn
 
+from edgesmith.convert import compat, export, optimize
 from edgesmith.errors import ConversionError, UnsupportedOpError
+from edgesmith.pipeline import data
+from edgesmith.profiles.schema import TargetSpec
 
 
 class WithDropout(nn.Module):

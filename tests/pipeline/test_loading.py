@@ -7,9 +7,9 @@ import pickle
 import numpy as np
 import pytest
 import torch
-from edgesmith.pipeline import data, model
 
 from edgesmith.errors import DataError, ModelLoadError
+from edgesmith.pipeline import data, model
 from tests.conftest import DIGITS_ARCH, ROOT
 
 

@@ -1,0 +1,140 @@
+"""Interrupted, concurrent and repeated builds: nothing half-written, nothing lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from edgesmith.pipeline import cache
+from edgesmith.pipeline.artifact import sha256_path
+from tests.conftest import DIGITS_ARCH
+
+EDGESMITH = str(Path(sys.executable).with_name("edgesmith"))
+
+
+def _cmd(ckpt, out, *extra):
+    return [EDGESMITH, "build", str(ckpt), "--arch", DIGITS_ARCH, "--out", str(out),
+            "-t", "onnx", *extra]
+
+
+def _assert_complete_build(out: Path) -> dict[str, str]:
+    """The folder is one whole build: a manifest whose every artifact hashes as recorded."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    hashes = {}
+    for t in manifest["targets"]:
+        assert sha256_path(out / t["path"]) == t["sha256"], t["name"]
+        hashes[t["name"]] = t["sha256"]
+    assert (out / "report.md").exists()
+    return hashes
+
+
+@pytest.fixture
+def env(tmp_path):
+    return {**os.environ, "EDGESMITH_CACHE": str(tmp_path / "cache")}
+
+
+@pytest.mark.slow
+def test_killed_builds_never_leave_half_a_build(digits_ckpt, tmp_path, env):
+    out = tmp_path / "out"
+    subprocess.run(_cmd(digits_ckpt, out), env=env, check=True, capture_output=True)
+    good = _assert_complete_build(out)
+    moments = [0.2, 0.6, 1.0, 1.5, 2.0, 2.6, 3.2, 3.9, 4.6, 5.4, 6.3, 7.5]
+    survived = 0
+    for i, delay in enumerate(moments):
+        sig = signal.SIGKILL if i % 2 == 0 else signal.SIGINT
+        proc = subprocess.Popen(_cmd(digits_ckpt, out, "--force"), env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+        assert _assert_complete_build(out) == good  # old or new, always whole and equal
+        survived += 1
+    assert survived >= 10
+    # the next run recovers: same hashes, and no staging folders left behind
+    subprocess.run(_cmd(digits_ckpt, out), env=env, check=True, capture_output=True)
+    assert _assert_complete_build(out) == good
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".out")) == \
+        [".out.lock"]
+
+
+def test_interrupted_swap_is_recovered(digits_ckpt, tmp_path):
+    """A kill between the two renames of publish() leaves DIR missing and DIR.old present;
+    the next build must put the old one back before anything else."""
+    from edgesmith.pipeline import outdir
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "manifest.json").write_text("{}")
+    os.replace(out, tmp_path / ".out.old-123")
+    with outdir.staging(out):
+        assert (out / "manifest.json").read_text() == "{}"
+
+
+@pytest.mark.slow
+def test_concurrent_builds_into_one_dir_are_serialised(digits_ckpt, tmp_path, env):
+    out = tmp_path / "out"
+    procs = [subprocess.Popen(_cmd(digits_ckpt, out, "--force"), env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for _ in range(2)]
+    results = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), results
+    assert any("waiting for the build already writing" in err for _, err in results)
+    _assert_complete_build(out)
+
+
+def test_builds_into_different_dirs_do_not_wait(digits_ckpt, tmp_path):
+    from edgesmith.pipeline import outdir
+
+    with outdir.staging(tmp_path / "a") as a, outdir.staging(tmp_path / "b") as b:
+        assert a.exists() and b.exists() and a != b
+
+
+def test_same_seed_builds_are_byte_identical(digits_ckpt, tmp_path, env):
+    from edgesmith.pipeline import build
+
+    hashes = []
+    for name in ("one", "two"):
+        build.run(build.BuildRequest(model=str(digits_ckpt), arch=DIGITS_ARCH, data="digits",
+                                     profile="host", out=tmp_path / name, targets=["onnx"],
+                                     use_cache=False))
+        hashes.append(_assert_complete_build(tmp_path / name))
+    assert hashes[0] == hashes[1]
+    assert set(hashes[0]) == {"onnx-fp32", "onnx-int8"}
+
+
+def test_corrupted_cache_entry_is_recomputed_not_used(digits_ckpt, tmp_path, monkeypatch):
+    from edgesmith.pipeline import build
+
+    monkeypatch.setenv("EDGESMITH_CACHE", str(tmp_path / "cache"))
+    req = build.BuildRequest(model=str(digits_ckpt), arch=DIGITS_ARCH, data="digits",
+                             profile="host", out=tmp_path / "o", targets=["onnx:int8"])
+    first = build.run(req)["targets"][0]
+    entries = list((tmp_path / "cache" / "targets").iterdir())
+    assert len(entries) == 1
+    blob = entries[0] / "files" / "model.onnx"
+    blob.write_bytes(blob.read_bytes()[: blob.stat().st_size // 2])  # truncate
+    second = build.run(req)["targets"][0]
+    assert not second["meta"].get("cached")
+    assert second["sha256"] == first["sha256"]
+    third = build.run(req)["targets"][0]
+    assert third["meta"].get("cached") and third["sha256"] == first["sha256"]
+    assert cache.info()["entries"] == 1
+
+
+def test_cache_cli_info_and_clear(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGESMITH_CACHE", str(tmp_path / "c"))
+    (tmp_path / "c" / "targets" / "k" / "files").mkdir(parents=True)
+    r = cli("cache", "info", "--json")
+    assert r.code == 0 and json.loads(r.out)["entries"] == 1
+    r = cli("cache", "clear")
+    assert r.code == 0 and "removed 1" in r.out
+    assert not (tmp_path / "c").exists()
+    shutil.rmtree(tmp_path / "c", ignore_errors=True)
