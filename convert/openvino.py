@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -114,6 +115,9 @@ def _quantize(model, ctx: ConvertContext):
               else nncf.QuantizationPreset.PERFORMANCE)
     if calib.method != "minmax":
         ctx.log(f"note: nncf uses its own min/max statistics; method {calib.method} not applied")
+    ctx.log(f"nncf {nncf.__version__} quantize: preset={ctx.options.preset} "
+            f"subset_size={calib.samples} fast_bias_correction="
+            f"{ctx.options.fast_bias_correction}")
     return nncf.quantize(model, dataset, preset=preset, subset_size=calib.samples,
                          fast_bias_correction=ctx.options.fast_bias_correction)
 
@@ -135,9 +139,13 @@ def _stage(ctx: ConvertContext, stage: str, fn):
 
 @contextlib.contextmanager
 def _captured(ctx: ConvertContext, *loggers: str):
-    """Send the libraries' Python logging to the target's log while converting."""
+    """The libraries' logging and what they print (nncf's progress bars, OpenVINO's C++
+    messages) go to the target's log while converting, not to the terminal."""
+    from edgesmith.pipeline.capture import capture_output
+
     ctx.log_path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(ctx.log_path, encoding="utf-8")
+    sink: list[str] = []
+    handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(name)s %(levelname)s: %(message)s"))
     saved = []
     for name in loggers:
@@ -146,12 +154,14 @@ def _captured(ctx: ConvertContext, *loggers: str):
         lg.addHandler(handler)
         lg.propagate = False
     try:
-        yield
+        with capture_output(sink):
+            yield
     finally:
         for lg, propagate in saved:
             lg.removeHandler(handler)
             lg.propagate = propagate
-        handler.close()
+        if "".join(sink).strip():
+            ctx.log("".join(sink))
 
 
 def _describe(xml: Path) -> dict[str, Any]:
