@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "devices"))
 
 from conftest import _start, make_demo_build  # noqa: E402  (the test fixture's sshd + build)
+
 from edgesmith.devices.bench import Device, bench  # noqa: E402
 
 

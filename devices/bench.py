@@ -21,10 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgesmith.errors import BudgetError, DeviceError, EdgesmithError, UsageError
 from edgesmith.pipeline.artifact import sha256_path, write_json_atomic
 from edgesmith.profiles.schema import Profile, Ssh
-
-from edgesmith.errors import BudgetError, DeviceError, EdgesmithError, UsageError
 
 from .transport import LocalTransport, SshTransport, Transport
 
@@ -247,7 +246,8 @@ class _DeviceRun:
         except EdgesmithError as e:
             self.result["status"] = "partial" if self.result["targets"] else "error"
             self.result["error"] = _error_dict(e)
-        except (OSError, asyncio.TimeoutError) as e:  # anything the layers below missed
+        except Exception as e:  # noqa: BLE001  anything the layers below missed stays here:
+            # one device's surprise must not take the rest of a fleet down with it
             self.result["status"] = "partial" if self.result["targets"] else "error"
             self.result["error"] = {"what": f"{type(e).__name__}: {e}", "where": name,
                                     "fix": None, "type": "DeviceError"}

@@ -21,13 +21,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from edgesmith.errors import ProfileError, UsageError
 from edgesmith.profiles import load as load_profile
 from edgesmith.profiles import resolve_path
 from edgesmith.profiles.loader import read_yaml
 from edgesmith.profiles.schema import Profile, Ssh
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from edgesmith.errors import ProfileError, UsageError
 
 from .bench import Device
 

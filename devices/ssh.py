@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import asyncssh
-from edgesmith.profiles.schema import Ssh
 
 from edgesmith.errors import DeviceError
+from edgesmith.profiles.schema import Ssh
 
 CONNECT_ATTEMPTS = 3
 BACKOFF_S = 0.5

@@ -14,9 +14,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from edgesmith.profiles.schema import Ssh
-
 from edgesmith.errors import DeviceError
+from edgesmith.profiles.schema import Ssh
 
 from . import ssh as ssh_mod
 from .ssh import RunResult

@@ -192,9 +192,9 @@ BENCH_SAMPLES = 16
 
 def _trained_digits(splits):
     import torch
-    from edgesmith.pipeline.refs import import_callable
 
     from edgesmith.errors import ModelLoadError
+    from edgesmith.pipeline.refs import import_callable
 
     repo = Path(__file__).resolve().parents[2]
     model = import_callable(f"{repo}/examples/digits/model.py:build", ModelLoadError)()
@@ -256,6 +256,7 @@ def make_demo_build(root: Path, formats=("onnx", "tflite", "c")) -> Path:
     """Digits CNN -> build folder with onnx-fp32, tflite-fp32 and c-fp32 targets."""
     import numpy as np
     import torch
+
     from edgesmith.pipeline.artifact import sha256_path, size_path, write_json_atomic
     from edgesmith.pipeline.data import digits
     from edgesmith.profiles import load as load_profile

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from edgesmith.devices.bench import BenchEvents, Device, bench
 from edgesmith.devices.fleet import load_fleet
-
 from edgesmith.errors import BudgetError, DeviceError, ProfileError
 
 pytestmark = pytest.mark.slow

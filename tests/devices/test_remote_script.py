@@ -9,9 +9,10 @@ import sys
 
 import numpy as np
 import pytest
-from edgesmith.devices import remote
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from edgesmith.devices import remote
 
 
 @pytest.mark.parametrize("dtype", ["<f4", ">f4", "<f8", ">f8"])

@@ -7,8 +7,8 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from edgesmith.devices import ssh as es_ssh
 
+from edgesmith.devices import ssh as es_ssh
 from edgesmith.errors import DeviceError
 
 
