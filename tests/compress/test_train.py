@@ -1,0 +1,107 @@
+"""The fine-tune loop: seeded, keeps the best epoch, and runs the same under torchrun."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgesmith.compress.train import evaluate, fit
+from edgesmith.errors import UsageError
+
+ROOT = Path(__file__).resolve().parents[2]
+ARCH = f"{ROOT}/examples/digits/model.py:build"
+
+
+def _untrained():
+    from edgesmith.pipeline.model import load
+
+    return load(ARCH).torch_model
+
+
+def test_same_seed_gives_the_same_training_history(splits):
+    a = fit(_untrained(), splits, epochs=2, lr=0.05, seed=3)
+    b = fit(_untrained(), splits, epochs=2, lr=0.05, seed=3)
+    assert [h["loss"] for h in a["history"]] == [h["loss"] for h in b["history"]]
+
+
+def test_fit_learns_and_restores_the_best_epoch(splits):
+    model = _untrained()
+    events = []
+    res = fit(model, splits, epochs=4, lr=0.05, optimizer="adamw", batch_size=64, seed=0,
+              patience=5, progress=events.append)
+    assert res["best_val_accuracy"] > 0.9
+    assert evaluate(model, splits.val_x, splits.val_y) == pytest.approx(res["best_val_accuracy"])
+    assert [e["epoch"] for e in events] == list(range(1, res["epochs_run"] + 1))
+    assert res["best_val_accuracy"] == max(h["val_accuracy"] for h in res["history"])
+
+
+def test_fine_tuning_never_returns_a_worse_model(trained, splits):
+    before = evaluate(trained, splits.val_x, splits.val_y)
+    res = fit(trained, splits, epochs=1, lr=5.0, seed=0)  # absurd lr: training diverges
+    assert evaluate(trained, splits.val_x, splits.val_y) == pytest.approx(before)
+    assert res["best_epoch"] == 0
+
+
+def test_early_stop_after_patience_epochs_without_gain(trained, splits):
+    res = fit(trained, splits, epochs=10, lr=1e-6, seed=0, patience=1)
+    assert res["epochs_run"] < 10
+
+
+def test_evaluate_is_top1_in_unit_range(trained, splits):
+    acc = evaluate(trained, splits.val_x, splits.val_y)
+    assert 0.9 < acc <= 1.0
+    assert evaluate(trained, splits.val_x, (splits.val_y + 1) % 10) < 0.1
+
+
+def test_unknown_optimizer_is_a_usage_error(trained, splits):
+    with pytest.raises(UsageError, match="optimizer"):
+        fit(trained, splits, epochs=1, lr=0.01, optimizer="lbfgs")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _torchrun(nproc: int, out: Path, *args: str, timeout: float = 180) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
+           "--master-addr=127.0.0.1", f"--master-port={_free_port()}",
+           "-m", "edgesmith.compress.train", "--model", ARCH, "--out", str(out), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_two_process_ddp_matches_single_process(tmp_path, splits):
+    from edgesmith.compress.train import main
+
+    args = ["--data", "digits", "--epochs", "4", "--lr", "0.05", "--seed", "0"]
+    assert main([*args, "--model", ARCH, "--out", str(tmp_path / "one.json")]) == 0
+    one = json.loads((tmp_path / "one.json").read_text())
+    two = _torchrun(2, tmp_path / "two.json", *args, "--save", str(tmp_path / "best.pt"))
+    assert two["world_size"] == 2 and one["world_size"] == 1
+    assert two["best_val_accuracy"] > 0.9
+    assert abs(two["best_val_accuracy"] - one["best_val_accuracy"]) <= 0.03
+    assert (tmp_path / "best.pt").is_file()  # rank 0 checkpointed
+
+
+@pytest.mark.slow
+def test_ddp_with_a_world_size_that_does_not_divide_the_data_finishes(tmp_path, splits):
+    n = 1001  # 701 training samples: odd, so 2 ranks cannot split them evenly
+    x = np.concatenate([splits.train_x, splits.val_x])[:n]
+    y = np.concatenate([splits.train_y, splits.val_y])[:n]
+    np.savez(tmp_path / "odd.npz", x=x, y=y)
+    res = _torchrun(2, tmp_path / "odd.json", "--data", str(tmp_path / "odd.npz"),
+                    "--epochs", "2", "--batch-size", "50", timeout=120)
+    assert res["train_samples"] % 2 == 1
+    assert res["epochs_run"] == 2 and res["world_size"] == 2
