@@ -12,9 +12,10 @@ import shlex
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from edgesmith.pipeline.artifact import Artifact
 from edgesmith.pipeline.registry import CompatRule, ConvertContext, Runner, Target
-from pydantic import BaseModel, ConfigDict, Field
 
 _HINT = ("the C runtime has no kernel for this op; use another target (onnx, tflite) or "
          "replace the op in the model")

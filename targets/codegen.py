@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from edgesmith.pipeline.artifact import write_text_atomic
 
 from . import weights as wts

@@ -1,0 +1,113 @@
+"""Helpers shared by the C runtime tests (imported by conftest and test modules)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+HARNESS = Path(__file__).parent / "c"
+
+
+def export(model, x, path: Path) -> Path:
+    import torch
+
+    torch.onnx.export(model, x, str(path), dynamo=False, opset_version=17,
+                      input_names=["input"], output_names=["output"],
+                      dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+    return path
+
+
+def _load(folder: str, name: str):
+    sys.path.insert(0, str(ROOT / "examples" / folder))
+    try:
+        import importlib
+
+        mod = importlib.import_module("model")
+        importlib.reload(mod)
+        return mod
+    finally:
+        sys.path.pop(0)
+        sys.modules.pop("model", None)
+
+
+
+
+def _qdq(fp32: Path, calib_x: np.ndarray, out: Path) -> Path:
+    from edgesmith.compress.calibration import CalibrationSet
+
+    try:
+        from edgesmith.convert.onnx_qdq import quantize_qdq
+    except ImportError:  # pragma: no cover - the other room's module is missing
+        quantize_qdq = None
+    if quantize_qdq is not None:
+        return quantize_qdq(fp32, CalibrationSet(np.ascontiguousarray(calib_x)), out)
+    from onnxruntime import quantization as q
+
+    class R:
+        def __init__(self):
+            self.it = iter([{"input": calib_x[i:i + 16]} for i in range(0, len(calib_x), 16)])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    q.quantize_static(str(fp32), str(out), R(), quant_format=q.QuantFormat.QDQ,
+                      per_channel=True, activation_type=q.QuantType.QInt8,
+                      weight_type=q.QuantType.QInt8)
+    return out
+
+
+
+def generate(src: Path, out: Path, **kw) -> Path:
+    from edgesmith.targets import codegen, run
+
+    if out.exists():
+        shutil.rmtree(out)
+    codegen.from_onnx(src, out, **kw)
+    run.build(out)
+    return out
+
+
+
+def ort_run(path: Path, x: np.ndarray) -> np.ndarray:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, {sess.get_inputs()[0].name: x})[0]
+
+
+
+def output_scale(qdq: Path) -> float:
+    import onnx
+
+    m = onnx.load(str(qdq))
+    out = m.graph.output[0].name
+    dq = next(n for n in m.graph.node if out in n.output)
+    init = {i.name: i for i in m.graph.initializer}
+    return float(onnx.numpy_helper.to_array(init[dq.input[1]]))
+
+
+
+def model_sources(folder: Path) -> list[str]:
+    import re
+
+    text = (folder / "Makefile").read_text()
+    srcs = re.search(r"^SRCS = (.*)$", text, re.M).group(1).split()
+    return [str(folder / s) for s in srcs]
+
+
+
+def compile_harness(folder: Path, out: Path, flags: list[str] | None = None,
+                    cc: str = "cc") -> Path:
+    import subprocess
+
+    cmd = [cc, "-std=c99", "-Wall", "-Wextra", "-Werror", *(flags or ["-O1"]), "-I", str(folder),
+           *model_sources(folder), str(HARNESS / "harness.c"), "-o", str(out), "-lm", "-ldl"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    return out
