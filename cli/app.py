@@ -11,6 +11,7 @@ from edgesmith.errors import EXIT_INPUT, EdgesmithError
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
     help="Take a trained PyTorch model to edge devices: compress, convert, generate C, "
          "benchmark over SSH. Exit codes: 0 ok, 2 usage/input error, 3 budget miss, "
          "4 conversion failure, 5 device failure.",
