@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import typer
@@ -22,7 +23,15 @@ err_console = Console(stderr=True, highlight=False)
 out_console = Console(highlight=False)
 
 
+# third-party converters log advice and version warnings through `logging`; the build's
+# logs/ folder keeps converter output, the terminal shows only edgesmith's own lines
+QUIET_LOGGERS = ("coremltools", "nncf", "tensorflow", "absl", "onnx2tf", "openvino", "root")
+
+
 def main() -> None:
+    logging.basicConfig(level=logging.ERROR)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(None if name == "root" else name).setLevel(logging.ERROR)
     try:
         app()
     except EdgesmithError as e:

@@ -27,19 +27,21 @@ def _pct(v: float | None) -> str:
 
 
 def target_rows(manifest: dict[str, Any]) -> list[list[str]]:
-    """One row per target; shared by the markdown, the HTML and the CLI table."""
+    """One row per target; shared by the markdown, the HTML and the CLI table. Sizes are
+    compared with the FP32 artifact of the same format (the first FP32 one otherwise)."""
+    targets = manifest.get("targets", [])
+    fp32 = {t["format"]: t["size_bytes"] for t in targets
+            if t.get("precision") == "fp32" and t.get("size_bytes")}
+    any_fp32 = next(iter(fp32.values()), None)
     rows = []
-    fp32_size = next((t.get("size_bytes") for t in manifest.get("targets", [])
-                      if t.get("precision") == "fp32" and t.get("size_bytes")), None)
-    for t in manifest.get("targets", []):
+    for t in targets:
         parity = t.get("parity") or {}
         size = t.get("size_bytes")
-        ratio = f"{size / fp32_size:.2f}x" if size and fp32_size else "—"
-        status = t.get("status", "?")
-        if status == "ok" and t.get("ran") is False:
-            status = "ok (not run here)"
+        base = fp32.get(t.get("format"), any_fp32)
+        ratio = f"{size / base:.2f}x" if size and base else "—"
+        not_run = t.get("status") == "ok" and t.get("ran") is False
         rows.append([
-            t["name"], status, _pct(t.get("accuracy")),
+            t["name"], t.get("status", "?"), "not run" if not_run else _pct(t.get("accuracy")),
             _fmt(t.get("accuracy_drop"), ".2f"),
             _fmt(parity.get("max_abs_err"), ".1e"), _fmt(parity.get("cosine"), ".5f"),
             f"{size / 1024:.1f}" if size else "—", ratio,
