@@ -185,7 +185,7 @@ def _model_c(g: Graph, plan: Plan, wl: wts.WeightsLayout, embedded: bool) -> str
     out_b = ", ".join(f"ES_OUTPUT{i}_BYTES" for i in range(len(g.outputs))) or "0u"
     weights_init = (
         "    m->weights.payload = es_weights_blob;\n"
-        "    m->weights.payload_size = sizeof es_weights_blob;\n"
+        "    m->weights.payload_size = ES_WEIGHTS_BYTES;\n"
         "    m->weights.map_base = NULL;\n"
         "    m->weights.map_size = 0;\n"
         "    (void)weights_path;\n"
