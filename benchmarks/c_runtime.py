@@ -1,0 +1,135 @@
+"""C runtime vs peers, one run: INT8 latency vs LiteRT (XNNPACK, 1 thread) and TFLite
+Micro, arena vs TFLM's, planner efficiency, peak RSS. Prints one JSON document.
+
+    .venv/bin/python benchmarks/c_runtime.py [--runs 200]
+
+Peers that are not installed, or a TFLite model that cannot be produced here, are
+reported as skipped with the reason, never as a figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from edgesmith.targets import codegen, run  # noqa: E402
+from tests.targets._helpers import _load, _qdq, export  # noqa: E402
+
+
+def _models(work: Path):
+    import torch
+
+    from edgesmith.pipeline.data import digits
+
+    s = digits()
+    d = _load("digits", "model").build().eval()
+    yield "digits", export(d, torch.from_numpy(s.val_x[:1]), work / "digits.onnx"), s.calib_x, \
+        s.val_x[:1]
+    m = _load("mobilenetv2", "model")
+    x, _ = m.sample_data(64, seed=3)
+    yield "mobilenetv2", export(m.build(), torch.from_numpy(x[:1]), work / "mnv2.onnx"), x, x[:1]
+
+
+def _tflite_int8(onnx_path: Path, calib: np.ndarray, work: Path):
+    from edgesmith.compress.calibration import CalibrationSet
+    from edgesmith.pipeline.registry import ConvertContext, get
+    from edgesmith.profiles.schema import TargetSpec
+
+    t = get("tflite")
+    out = work / "tflite_out"
+    (work / "tflite_work").mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    ctx = ConvertContext(fp32_onnx=onnx_path, spec=None, calib=CalibrationSet(calib[:64]),
+                         target=TargetSpec(format="tflite", precision="int8", options={}),
+                         options=t.Options.model_validate({}), profile=None, out_dir=out,
+                         work_dir=work / "tflite_work", log_path=work / "tflite.log")
+    return Path(t.convert(ctx).path)
+
+
+def _litert_latency(model: Path, runs: int) -> float:
+    from ai_edge_litert.interpreter import Interpreter
+
+    it = Interpreter(model_path=str(model), num_threads=1)
+    it.allocate_tensors()
+    inp = it.get_input_details()[0]
+    it.set_tensor(inp["index"], np.zeros(inp["shape"], inp["dtype"]))
+    for _ in range(5):
+        it.invoke()
+    lat = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        it.invoke()
+        lat.append((time.perf_counter() - t0) * 1e3)
+    return float(np.median(lat))
+
+
+def _tflm(model: Path, runs: int):
+    from tflite_micro.python.tflite_micro import runtime
+
+    it = runtime.Interpreter.from_file(str(model))
+    inp = it.get_input_details(0)
+    it.set_input(np.zeros(inp["shape"], inp["dtype"]), 0)
+    it.invoke()
+    lat = []
+    for _ in range(max(3, runs // 10)):
+        t0 = time.perf_counter()
+        it.invoke()
+        lat.append((time.perf_counter() - t0) * 1e3)
+    arena = None
+    for name in ("arena_used_bytes", "get_arena_used_bytes"):
+        if hasattr(it, name):
+            arena = int(getattr(it, name)())
+    return float(np.median(lat)), arena
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=200)
+    args = ap.parse_args()
+    report = {}
+    with tempfile.TemporaryDirectory(prefix="es_bench_") as tmp:
+        work = Path(tmp)
+        for name, onnx_path, calib, x in _models(work):
+            r: dict = {}
+            qdq = _qdq(onnx_path, calib[:64], work / f"{name}_qdq.onnx")
+            for prec, src in (("fp32", onnx_path), ("int8", qdq)):
+                out = work / f"{name}_{prec}"
+                gen = codegen.from_onnx(src, out, precision=prec, cflags="-O3 -march=native")
+                b = run.build(out)
+                x.astype("<f4").tofile(out / "in.raw")
+                res = run.run_bench(b, ["--input", "in.raw", "--runs", str(args.runs),
+                                        "--warmup", "10"], cwd=out)
+                r[prec] = {"c_latency_ms": res["latency_ms"], "peak_rss_kb": res["peak_rss_kb"],
+                           **gen.plan.figures(), "weights_bytes": gen.weights_bytes}
+            c_ms = r["int8"]["c_latency_ms"]["p50"]
+            try:
+                tfl = _tflite_int8(onnx_path, calib, work / name)
+            except Exception as e:  # noqa: BLE001 - a peer we cannot build is a skip
+                r["litert"] = {"skipped": f"no int8 tflite model: {type(e).__name__}: {e}"[:300]}
+                tfl = None
+            if tfl is not None:
+                ms = _litert_latency(tfl, args.runs)
+                r["litert"] = {"int8_p50_ms": ms, "ratio_c_over_litert": c_ms / ms}
+                try:
+                    tm, arena = _tflm(tfl, args.runs)
+                    r["tflm"] = {"int8_p50_ms": tm, "speedup_c_vs_tflm": tm / c_ms,
+                                 "arena_bytes": arena,
+                                 "c_arena_over_tflm": (r["int8"]["arena_bytes"] / arena
+                                                       if arena else None)}
+                except Exception as e:  # noqa: BLE001
+                    r["tflm"] = {"skipped": f"{type(e).__name__}: {e}"[:300]}
+            report[name] = r
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
