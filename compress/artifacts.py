@@ -13,10 +13,10 @@ import warnings
 from pathlib import Path
 
 import torch
-from edgesmith.pipeline.artifact import write_bytes_atomic
 from torch import nn
 
 from edgesmith.errors import ConversionError
+from edgesmith.pipeline.artifact import write_bytes_atomic
 
 OPSET = 17
 

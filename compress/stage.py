@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from edgesmith.pipeline.artifact import sha256_path
 from torch import nn
 
 from edgesmith.errors import BudgetError, ModelLoadError
+from edgesmith.pipeline.artifact import sha256_path
 
 from . import gates
 from .artifacts import export_onnx, save_state_dict, save_torchscript
@@ -221,14 +221,13 @@ def compress_refs(
     """What ``edgesmith compress`` does: load the three references, run the stage, write
     ``out_dir/manifest.json`` atomically (also when a gate fails with ``--no-budget`` off:
     then the manifest holds the figures up to the failing step), return the manifest."""
+    from edgesmith import __version__
+    from edgesmith.errors import UsageError
     from edgesmith.pipeline import data as data_mod
     from edgesmith.pipeline import model as model_mod
     from edgesmith.pipeline.artifact import write_json_atomic
     from edgesmith.profiles import load as load_profile
     from edgesmith.profiles import resolve_path
-
-    from edgesmith import __version__
-    from edgesmith.errors import UsageError
 
     profile_path = resolve_path(profile_ref)
     profile = load_profile(profile_path)

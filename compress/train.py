@@ -261,10 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--save", type=Path, default=None, help="state dict of the best epoch (rank 0)")
     args = p.parse_args(argv)
 
+    from edgesmith.errors import EdgesmithError
     from edgesmith.pipeline import data as data_mod
     from edgesmith.pipeline import model as model_mod
-
-    from edgesmith.errors import EdgesmithError
 
     try:
         loaded = model_mod.load(args.model, arch=args.arch)
