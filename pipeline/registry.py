@@ -51,6 +51,9 @@ class ConvertContext:
     work_dir: Path  # scratch space, removed after the build
     log_path: Path  # converter output goes here (DIR/logs/<target>.log)
     torchscript: Path | None = None  # traced FP32 model, for converters that start from torch
+    # the live FP32 module (eval mode): the one exception to "files, not objects", for
+    # converters that must re-prepare the module itself (Core ML W8A8 via LinearQuantizer)
+    torch_model: Any = None
     qdq_onnx: Path | None = None  # QAT model exported with Q/DQ pairs, when the profile ran QAT
     built: dict[str, Artifact] = field(default_factory=dict)  # targets finished so far
 

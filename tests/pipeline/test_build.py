@@ -155,3 +155,21 @@ def test_failed_build_leaves_previous_build_intact(cli, built, tmp_path):
 def test_unknown_target_filter(cli, tmp_path):
     r = cli("build", DIGITS_ARCH, "--out", tmp_path / "o", "-t", "tensorrt")
     assert r.code == 2 and "FORMAT[:PRECISION]" in r.err
+
+
+@pytest.mark.slow
+def test_build_runs_compression_first_when_asked(cli, digits_ckpt, tmp_path):
+    r = cli("build", digits_ckpt, "--arch", DIGITS_ARCH, "--out", tmp_path / "o",
+            "--prune-ratio", "0.3", "-t", "onnx:int8", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    prune = doc["compress"]["prune"]
+    assert prune["macs_after"] < prune["macs_before"]
+    m = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert m["reference"]["parity_against"] == "torch (compressed)"
+    assert m["reference"]["compressed_accuracy"] > 0.9
+    t = m["targets"][0]
+    # the drop is measured against the original FP32 model, as the budget defines it
+    assert t["reference_accuracy"] == m["reference"]["accuracy"]
+    assert abs(t["accuracy_drop"] - 100 * (m["reference"]["accuracy"] - t["accuracy"])) < 1e-3
+    assert (tmp_path / "o" / "compress" / "model.onnx").exists()
