@@ -41,6 +41,7 @@ def _models(work: Path):
 
 def _tflite_int8(onnx_path: Path, calib: np.ndarray, work: Path):
     from edgesmith.compress.calibration import CalibrationSet
+    from edgesmith.pipeline.data import InputSpec
     from edgesmith.pipeline.registry import ConvertContext, get
     from edgesmith.profiles.schema import TargetSpec
 
@@ -48,7 +49,8 @@ def _tflite_int8(onnx_path: Path, calib: np.ndarray, work: Path):
     out = work / "tflite_out"
     (work / "tflite_work").mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    ctx = ConvertContext(fp32_onnx=onnx_path, spec=None, calib=CalibrationSet(calib[:64]),
+    spec = InputSpec(tuple(calib.shape[1:]))
+    ctx = ConvertContext(fp32_onnx=onnx_path, spec=spec, calib=CalibrationSet(calib[:64]),
                          target=TargetSpec(format="tflite", precision="int8", options={}),
                          options=t.Options.model_validate({}), profile=None, out_dir=out,
                          work_dir=work / "tflite_work", log_path=work / "tflite.log")
