@@ -108,23 +108,43 @@ class CTarget(Target):
 
     # -- run -------------------------------------------------------------------------------
     def runner(self, artifact: Artifact) -> Runner | None:
+        import numpy as np
+
+        from . import run
+
+        build_dir = _host_build(artifact)
+
+        def _run(x: np.ndarray) -> np.ndarray:
+            return run.run(build_dir, x)
+
+        return _run
+
+    def host_latency_ms(self, artifact: Artifact, sample: Any) -> float | None:
+        """p50 of ``edgesmith_bench --runs 50 --warmup 5`` on ``sample`` (one sample of the
+        model's input; a batch is cut to its first sample): the inference alone, without
+        the process start the runner pays per call."""
         import tempfile
 
         import numpy as np
 
         from . import run
 
-        folder = Path(artifact.path)
-        build_dir = Path(tempfile.mkdtemp(prefix="es_c_runner_"))
-        import shutil
-
-        shutil.copytree(folder, build_dir, dirs_exist_ok=True)
-        run.build(build_dir)
-
-        def _run(x: np.ndarray) -> np.ndarray:
-            return run.run(build_dir, x)
-
-        return _run
+        build_dir = _host_build(artifact)
+        (ishape,), _ = run.io_shapes(build_dir)
+        x = np.ascontiguousarray(sample, dtype=np.float32)
+        if x.shape != ishape and x.shape[1:] == ishape[1:]:
+            x = x[:1]
+        if x.size != int(np.prod(ishape)):
+            return None
+        with tempfile.TemporaryDirectory(prefix="es_lat_") as tmp:
+            fin = Path(tmp) / "in.raw"
+            x.astype("<f4").tofile(fin)
+            args = ["--input", str(fin), "--runs", "50", "--warmup", "5"]
+            if (build_dir / "weights.bin").exists():
+                args = ["--weights", str(build_dir / "weights.bin"), *args]
+            res = run.run_bench(build_dir / "edgesmith_bench", args, cwd=build_dir)
+        p50 = (res.get("latency_ms") or {}).get("p50")
+        return float(p50) if p50 is not None else None
 
     def device_bench_spec(self, artifact: Artifact) -> dict[str, Any]:
         folder = Path(artifact.path)
@@ -140,6 +160,38 @@ class CTarget(Target):
                 "input": {"flag": "--input", "format": "raw float32 little-endian, NCHW"},
                 "output": {"flag": "--output", "format": "raw float32 little-endian"},
                 "arena_bytes": artifact.meta.get("arena_bytes")}
+
+
+class _HostBuild:
+    """One host build of an artifact, in a temp folder removed when the object dies (or at
+    exit): runner and latency share it, and nothing is left in /tmp."""
+
+    def __init__(self, folder: Path):
+        import shutil
+        import tempfile
+        import weakref
+
+        from . import run
+
+        self.dir = Path(tempfile.mkdtemp(prefix="es_c_runner_"))
+        self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.dir), True)
+        try:
+            shutil.copytree(folder, self.dir, dirs_exist_ok=True)
+            run.build(self.dir)
+        except BaseException:
+            self._finalizer()
+            raise
+
+
+_BUILDS: dict[tuple[str, str], _HostBuild] = {}
+
+
+def _host_build(artifact: Artifact) -> Path:
+    key = (str(Path(artifact.path).resolve()), artifact.sha256)
+    b = _BUILDS.get(key)
+    if b is None or not (b.dir / "edgesmith_bench").exists():
+        b = _BUILDS[key] = _HostBuild(Path(artifact.path))
+    return b.dir
 
 
 def _steps(folder: Path) -> int:

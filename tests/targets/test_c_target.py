@@ -53,6 +53,28 @@ def test_convert_fp32_builds_and_runs(tmp_path, digits_onnx, digits_splits):
     assert "model.c" in spec["files"] and spec["build"][0] == "make"
 
 
+def test_host_latency_times_the_inference_not_the_process_and_builds_once(tmp_path,
+                                                                          digits_onnx,
+                                                                          digits_splits):
+    from edgesmith.targets import c_target
+
+    t, ctx = _ctx(tmp_path, digits_onnx, digits_splits.calib_x)
+    a = t.convert(ctx)
+    t.runner(a)
+    build = c_target._BUILDS[(str(a.path.resolve()), a.sha256)]
+    ms = t.host_latency_ms(a, digits_splits.val_x[:4])
+    assert ms is not None and 0 < ms < 5  # a process start alone is ~10 ms
+    assert c_target._BUILDS[(str(a.path.resolve()), a.sha256)] is build  # reused
+    folder = build.dir
+    assert folder.exists()
+    del c_target._BUILDS[(str(a.path.resolve()), a.sha256)]
+    del build
+    import gc
+
+    gc.collect()
+    assert not folder.exists()
+
+
 @pytest.mark.slow
 def test_convert_int8_calibrates_when_no_qdq_model_is_given(tmp_path, digits_onnx,
                                                             digits_splits):
