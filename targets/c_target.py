@@ -67,33 +67,54 @@ class CTarget(Target):
         return rule
 
     # -- convert ---------------------------------------------------------------------------
-    def _int8_model(self, ctx: ConvertContext) -> Path:
+    def _int8_model(self, ctx: ConvertContext) -> tuple[Path, str]:
+        """(QDQ model, where it came from): the QAT export, the onnx-int8 target's model,
+        or one calibrated here."""
         if ctx.qdq_onnx is not None:
-            return Path(ctx.qdq_onnx)
+            return Path(ctx.qdq_onnx), "qat"
         built = ctx.built.get("onnx-int8")
         if built is not None:
-            return Path(built.path)
+            return Path(built.path), "onnx-int8"
+        return self._static_qdq(ctx), "static"
+
+    @staticmethod
+    def _static_qdq(ctx: ConvertContext) -> Path:
         from edgesmith.convert.onnx_qdq import quantize_qdq
 
         return quantize_qdq(Path(ctx.fp32_onnx), ctx.calib, Path(ctx.work_dir) / "c_qdq.onnx")
 
     def convert(self, ctx: ConvertContext) -> Artifact:
+        from edgesmith.errors import UnsupportedOpError
+
         from . import codegen, run
 
         opts: COptions = ctx.options  # type: ignore[assignment]
         precision = ctx.target.precision.value
-        src = Path(ctx.fp32_onnx) if precision == "fp32" else self._int8_model(ctx)
+        src, source = (Path(ctx.fp32_onnx), "fp32") if precision == "fp32" else \
+            self._int8_model(ctx)
         out = Path(ctx.out_dir)
-        ctx.log(f"c: lowering {src} ({precision})")
-        gen = codegen.from_onnx(src, out, precision=precision,
-                                embedded=opts.weights == "embedded", cc=opts.cc,
-                                cflags=opts.cflags, ldflags=opts.ldflags,
-                                alignment=opts.alignment, name=getattr(ctx.profile, "name",
-                                                                       "model"))
+        kw = dict(precision=precision, embedded=opts.weights == "embedded", cc=opts.cc,
+                  cflags=opts.cflags, ldflags=opts.ldflags, alignment=opts.alignment,
+                  name=getattr(ctx.profile, "name", "model"))
+        ctx.log(f"c: lowering {src} ({precision}, {source})")
+        try:
+            gen = codegen.from_onnx(src, out, **kw)
+        except UnsupportedOpError as e:
+            if source != "qat":
+                raise
+            # a QAT export the C runtime cannot lower (e.g. per-channel activation
+            # quantization): fall back to static calibration of the fp32 model
+            ctx.log(f"c: the QAT model cannot be lowered ({e.what}); falling back to static "
+                    "QDQ calibration (quantize_qdq) of the fp32 model")
+            src, source = self._static_qdq(ctx), "static (QAT model not lowerable: " \
+                f"{e.what})"
+            gen = codegen.from_onnx(src, out, **kw)
         run.build(out, log=ctx.log)
         meta: dict[str, Any] = {**gen.plan.figures(), "weights_bytes": gen.weights_bytes,
                                 "weights": opts.weights, "cc": opts.cc, "cflags": opts.cflags,
                                 "source_onnx": str(src), "steps": _steps(out)}
+        if precision == "int8":
+            meta["int8_source"] = source
         if opts.cross_cc:
             import shutil
             import tempfile

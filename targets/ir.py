@@ -396,6 +396,13 @@ def lower(path_or_model, precision: str = "fp32") -> Graph:
     model = path_or_model
     if isinstance(path_or_model, (str, Path)):
         model = load_model(Path(path_or_model))
+    from .ops_int8 import shift_uint8_to_int8
+
+    if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node):
+        import copy
+
+        model = copy.deepcopy(model) if model is path_or_model else model
+        shift_uint8_to_int8(model)
     return Lowerer(model, precision).run()
 
 

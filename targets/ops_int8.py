@@ -50,6 +50,69 @@ def _qparams(L: Lowerer, node) -> tuple[float, int] | None:
     return float(s.reshape(-1)[0]), int(z.reshape(-1)[0])
 
 
+def shift_uint8_to_int8(model) -> int:
+    """Rewrite uint8 Q/DQ (asymmetric activations, as NNCF's QAT export has them) into the
+    int8 form in place: ``q_s8 = q_u8 - 128`` and ``zp_s8 = zp_u8 - 128``. Bit-exact: the
+    dequantized value ``(q - zp) * s`` is unchanged and ``clip(round(x/s) + zp, 0, 255) - 128
+    == clip(round(x/s) + zp - 128, -128, 127)``. Constant uint8 data feeding a DQ is
+    shifted too. Returns the number of Q/DQ nodes rewritten."""
+    from onnx import numpy_helper
+
+    g = model.graph
+    inits = {i.name: i for i in g.initializer}
+    consts = {n.output[0]: n for n in g.node if n.op_type == "Constant"}
+
+    def value(name):
+        if name in inits:
+            return numpy_helper.to_array(inits[name])
+        if name in consts:
+            a = next((x for x in consts[name].attribute if x.name == "value"), None)
+            return numpy_helper.to_array(a.t) if a is not None else None
+        return None
+
+    def replace(name, arr, new_name):
+        g.initializer.append(numpy_helper.from_array(arr, new_name))
+        return new_name
+
+    count = 0
+    for k, node in enumerate(list(g.node)):
+        if node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        zp = value(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+        if node.op_type == "QuantizeLinear" and zp is None:
+            if len(node.input) > 2 and node.input[2]:
+                continue  # zero point computed at run time: leave it to the checks
+            zp = np.zeros((), np.uint8)  # ONNX default: uint8, zero point 0
+        if node.op_type == "DequantizeLinear":
+            data = value(node.input[0])
+            if zp is None or zp.dtype != np.uint8:
+                if data is None or data.dtype != np.uint8:
+                    continue
+                zp = np.zeros((), np.uint8) if zp is None else zp
+            if data is not None:
+                if data.dtype != np.uint8:
+                    continue
+                node.input[0] = replace(node.input[0], (data.astype(np.int16) - 128)
+                                        .astype(np.int8), f"{node.input[0]}__s8_{k}")
+        elif zp.dtype != np.uint8:
+            continue
+        old = node.input[2] if len(node.input) > 2 and node.input[2] else f"{node.name}_zp"
+        while len(node.input) < 3:
+            node.input.append("")
+        node.input[2] = replace(old, (zp.astype(np.int16) - 128).astype(np.int8),
+                                f"{old}__s8_{k}")
+        count += 1
+    if count:
+        # uint8 value infos would now lie about the type: drop them
+        keep = [v for v in g.value_info if v.type.tensor_type.elem_type != 2]
+        del g.value_info[:]
+        g.value_info.extend(keep)
+        for v in list(g.output):
+            if v.type.tensor_type.elem_type == 2:
+                v.type.tensor_type.elem_type = 3
+    return count
+
+
 def materialize_dequant(L: Lowerer, name: str, v: Value) -> Value:
     t = L.tensors[v.tensor]
     cached = L._deq_cache.get(v.tensor)

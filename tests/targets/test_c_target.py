@@ -84,3 +84,48 @@ def test_convert_int8_calibrates_when_no_qdq_model_is_given(tmp_path, digits_onn
     assert a.precision == "int8" and (a.path / "weights_data.c").exists()
     y = t.runner(a)(digits_splits.val_x[:16])
     assert y.shape == (16, 10)
+
+
+def _per_axis_activation_qdq(src, out):
+    """Turn the first activation Q/DQ pair of a QDQ model into per-channel quantization
+    (as NNCF's QAT export does for some activations): the C runtime cannot lower it."""
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.load(str(src))
+    inits = {i.name: i for i in m.graph.initializer}
+    producers = {o: n for n in m.graph.node for o in n.output}
+    q = next(n for n in m.graph.node if n.op_type == "QuantizeLinear"
+             and n.input[0] not in inits and n.input[0] in producers
+             and producers[n.input[0]].op_type in ("Relu", "Conv"))
+    dq = next(n for n in m.graph.node
+              if n.op_type == "DequantizeLinear" and n.input[0] == q.output[0])
+    scale = numpy_helper.to_array(inits[q.input[1]])
+    zp = numpy_helper.to_array(inits[q.input[2]])
+    c = 16
+    m.graph.initializer.extend([numpy_helper.from_array(np.full(c, scale, np.float32), "pa_s"),
+                                numpy_helper.from_array(np.full(c, zp, zp.dtype), "pa_z")])
+    for n in (q, dq):
+        n.input[1], n.input[2] = "pa_s", "pa_z"
+        n.attribute.append(onnx.helper.make_attribute("axis", 1))
+    onnx.save(m, str(out))
+    return out
+
+
+@pytest.mark.slow
+def test_unlowerable_qat_model_falls_back_to_static_calibration(tmp_path, work, digits_qdq,
+                                                                digits_onnx, digits_splits):
+    qat = _per_axis_activation_qdq(digits_qdq, tmp_path / "qat.onnx")
+    t, ctx = _ctx(tmp_path, digits_onnx, digits_splits.calib_x[:64], "int8")
+    ctx.qdq_onnx = qat
+    a = t.convert(ctx)
+    assert a.meta["int8_source"].startswith("static") and "per-axis" in a.meta["int8_source"]
+    assert "falling back to static QDQ" in ctx.log_path.read_text()
+    assert t.runner(a)(digits_splits.val_x[:4]).shape == (4, 10)
+
+
+def test_lowerable_qat_model_is_used_as_is(tmp_path, digits_qdq, digits_onnx, digits_splits):
+    t, ctx = _ctx(tmp_path, digits_onnx, digits_splits.calib_x[:64], "int8")
+    ctx.qdq_onnx = digits_qdq
+    a = t.convert(ctx)
+    assert a.meta["int8_source"] == "qat" and a.meta["source_onnx"] == str(digits_qdq)

@@ -54,3 +54,64 @@ def test_mobilenetv2_int8_agrees_with_onnxruntime(work, mnv2_qdq, mnv2_onnx, mnv
         pytest.xfail(f"only {within:.2%} of outputs within 1 LSB: onnxruntime runs this s8s8 QDQ "
                      "graph as float DQ->Conv->Q, whose rounding flips ~0.2% of first-layer "
                      "values by 1 LSB vs exact integer math; 28 layers amplify it")
+
+
+def _u8_qdq(fp32, calib_x, out):
+    """An asymmetric uint8-activation QDQ model, the way NNCF's QAT export writes them."""
+    from onnxruntime import quantization as q
+
+    class R:
+        def __init__(self):
+            self.it = iter([{"input": calib_x[i:i + 16]} for i in range(0, len(calib_x), 16)])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    q.quantize_static(str(fp32), str(out), R(), quant_format=q.QuantFormat.QDQ,
+                      per_channel=True, activation_type=q.QuantType.QUInt8,
+                      weight_type=q.QuantType.QInt8)
+    return out
+
+
+def test_uint8_activation_qdq_lowers_to_integer_kernels_bit_exactly(work, digits_onnx,
+                                                                    digits_splits):
+    import onnx
+
+    src = _u8_qdq(digits_onnx, digits_splits.calib_x[:64], work / "digits_u8.onnx")
+    m = onnx.load(str(src))
+    assert any(i.data_type == onnx.TensorProto.UINT8 for i in m.graph.initializer)
+    out = generate(src, work / "digits_c_u8", precision="int8")
+    body = (out / "model.c").read_text().split("static void run_step")[1]
+    assert "es_conv2d_i8" in body and "es_conv2d_f32" not in body
+    x = digits_splits.val_x[:128]
+    y, ref = run.run(out, x), ort_run(src, x)
+    lsb = output_scale(src)
+    within = float((np.abs(y - ref) <= lsb * 1.001).mean())
+    assert within >= 0.999
+    assert float((y.argmax(1) == ref.argmax(1)).mean()) >= 0.99
+
+
+def test_uint8_shift_preserves_every_quantized_value():
+    """q_s8 = q_u8 - 128, zp_s8 = zp_u8 - 128 gives the same DQ(Q(x)) for every x."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    from edgesmith.targets.ops_int8 import shift_uint8_to_int8
+
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q0"),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dq0")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                    [4096])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4096])],
+                          [numpy_helper.from_array(np.array(0.037, np.float32), "s"),
+                           numpy_helper.from_array(np.array(131, np.uint8), "z")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    x = np.random.default_rng(0).normal(0, 4, 4096).astype(np.float32)
+    before = ReferenceEvaluator(m).run(None, {"x": x})[0]
+    m2 = onnx.ModelProto()
+    m2.CopyFrom(m)
+    assert shift_uint8_to_int8(m2) == 2
+    assert numpy_helper.to_array(m2.graph.initializer[-1]).dtype == np.int8
+    after = ReferenceEvaluator(m2).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(before, after)
