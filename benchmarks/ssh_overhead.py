@@ -5,7 +5,8 @@ cleanup) in seconds. Prints one JSON document.
 
     .venv/bin/python benchmarks/ssh_overhead.py [--build DIR] [--runs 300] [--repeats 3]
 
-Without ``--build`` it makes the demo build (digits CNN: onnx, tflite, c) in a temp folder;
+Without ``--build`` it trains the digits CNN briefly and runs ``edgesmith build`` (host
+profile; onnx, tflite and c at fp32) in a temp folder;
 with it, the given build's manifest gains the "local" and "sshd-loopback" bench entries.
 It starts its own throw-away sshd on 127.0.0.1 (needs root and openssh-server).
 """
@@ -23,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "devices"))
 
-from conftest import _start, make_demo_build  # noqa: E402  (the test fixture's sshd + build)
+from conftest import _start, make_demo_build, train_digits_ckpt  # noqa: E402  (test fixtures)
 
 from edgesmith.devices.bench import Device, bench  # noqa: E402
 
@@ -39,7 +40,9 @@ def main() -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="edgesmith-ssh-overhead-"))
     try:
-        build = args.build or make_demo_build(tmp / "build", tuple(args.formats.split(",")))
+        build = args.build or make_demo_build(
+            tmp / "build", train_digits_ckpt(tmp / "digits.pt"),
+            tuple(f"{f}:fp32" for f in args.formats.split(",")))
         server = _start(tmp / "sshd", tmp / "sshd.log")
         try:
             local_p50: dict[str, list[float]] = {}

@@ -185,130 +185,40 @@ def sshd(sshd_factory: Callable[[], SshdServer]) -> SshdServer:
     return sshd_factory()
 
 
-# -- a demo build folder (the contract of /tmp/buildlayout.md), made once per session --------
-FIXTURE_C = Path(__file__).parent / "fixture_c"
-BENCH_SAMPLES = 16
+# -- a demo build folder, made once per session by the real pipeline --------------------------
+ROOT = Path(__file__).resolve().parents[2]
+DEMO_TARGETS = ("onnx:fp32", "tflite:fp32", "c:fp32")
 
 
-def _trained_digits(splits):
+def train_digits_ckpt(path: Path) -> Path:
+    """The demo CNN trained briefly (as the root conftest's ``digits_ckpt``), for scripts."""
     import torch
 
-    from edgesmith.errors import ModelLoadError
-    from edgesmith.pipeline.refs import import_callable
-
-    repo = Path(__file__).resolve().parents[2]
-    model = import_callable(f"{repo}/examples/digits/model.py:build", ModelLoadError)()
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    x = torch.from_numpy(splits.train_x)
-    y = torch.from_numpy(splits.train_y).long()
-    g = torch.Generator().manual_seed(0)
-    for _epoch in range(4):
-        for idx in torch.randperm(len(x), generator=g).split(64):
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
-            opt.step()
-    return model.eval()
+    sys.path.insert(0, str(ROOT / "examples" / "digits"))
+    try:
+        from train import train
+    finally:
+        sys.path.pop(0)
+    model, _acc = train(epochs=8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(model.state_dict(), path)
+    return path
 
 
-def _fold(conv, bn):
-    import torch
+def make_demo_build(out: Path, ckpt: Path, targets=DEMO_TARGETS) -> Path:
+    """``edgesmith build`` of the digits demo for the host profile: the generated targets,
+    bench tensors and manifest exactly as a user's build folder has them."""
+    from edgesmith.pipeline import build
 
-    scale = bn.weight / torch.sqrt(bn.running_var + bn.eps)
-    w = conv.weight * scale.reshape(-1, 1, 1, 1)
-    b = bn.bias - bn.running_mean * scale
-    return w.detach().numpy().ravel(), b.detach().numpy().ravel()
-
-
-def _c_target(model, out: Path) -> None:
-    """Hand-written digits CNN in C (stand-in for the generated C target), real weights."""
-    import numpy as np
-
-    out.mkdir(parents=True)
-    parts = []
-    for seq in (model.stem, model.block1, model.dw, model.pw, model.down, model.block2):
-        parts += _fold(seq[0], seq[1])
-    parts += [model.classifier.weight.detach().numpy().ravel(),
-              model.classifier.bias.detach().numpy().ravel()]
-    np.concatenate(parts).astype("<f4").tofile(out / "weights.bin")
-    for name in ("bench_main.c", "Makefile"):
-        shutil.copyfile(FIXTURE_C / name, out / name)
-
-
-def _tflite_target(onnx_path: Path, splits, out: Path, work: Path) -> dict:
-    from edgesmith.compress.calibration import from_splits
-    from edgesmith.convert.tflite import TFLiteTarget  # noqa: F401  (registers)
-    from edgesmith.pipeline import registry
-    from edgesmith.profiles.schema import Calibration, TargetSpec
-
-    target = registry.get("tflite")
-    spec = TargetSpec(format="tflite", precision="fp32")
-    ctx = registry.ConvertContext(
-        fp32_onnx=onnx_path, spec=splits.spec,
-        calib=from_splits(splits, Calibration(samples=32)), target=spec,
-        options=target.Options(), profile=None, out_dir=out, work_dir=work,
-        log_path=work / "tflite.log",
-    )
-    artifact = target.convert(ctx)
-    return target.device_bench_spec(artifact)
-
-
-def make_demo_build(root: Path, formats=("onnx", "tflite", "c")) -> Path:
-    """Digits CNN -> build folder with onnx-fp32, tflite-fp32 and c-fp32 targets."""
-    import numpy as np
-    import torch
-
-    from edgesmith.pipeline.artifact import sha256_path, size_path, write_json_atomic
-    from edgesmith.pipeline.data import digits
-    from edgesmith.profiles import load as load_profile
-
-    splits = digits(seed=0)
-    model = _trained_digits(splits)
-    root.mkdir(parents=True, exist_ok=True)
-    onnx_path = root / "model.onnx"
-    torch.onnx.export(model, torch.from_numpy(splits.val_x[:1]), str(onnx_path),
-                      input_names=["input"], output_names=["logits"], opset_version=17,
-                      dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
-                      dynamo=False)
-    x = splits.val_x[:BENCH_SAMPLES].astype(np.float32)
-    with torch.no_grad():
-        ref = model(torch.from_numpy(x)).numpy().astype(np.float32)
-    (root / "data").mkdir()
-    np.save(root / "data" / "bench_input.npy", x)
-    np.save(root / "data" / "bench_reference.npy", ref)
-    targets = []
-    for fmt in formats:
-        name = f"{fmt}-fp32"
-        out = root / "targets" / name
-        if fmt == "onnx":
-            out.mkdir(parents=True)
-            shutil.copyfile(onnx_path, out / "model.onnx")
-            path, bench = out / "model.onnx", {"format": "onnx", "precision": "fp32",
-                                               "files": ["model.onnx"], "runtime": "onnxruntime"}
-        elif fmt == "tflite":
-            bench = _tflite_target(onnx_path, splits, out, root.parent / f"{root.name}-work")
-            path = out / "model.tflite"
-        else:
-            _c_target(model, out)
-            path, bench = out, {"format": "c", "precision": "fp32",
-                                "files": ["bench_main.c", "Makefile", "weights.bin"],
-                                "runtime": "cc + make", "weights": "weights.bin"}
-        targets.append({"name": name, "format": fmt, "precision": "fp32",
-                        "path": path.relative_to(root).as_posix(), "sha256": sha256_path(path),
-                        "size_bytes": size_path(path), "status": "ok", "bench": bench})
-    profile = load_profile("host").model_dump(mode="json")
-    write_json_atomic(root / "manifest.json", {
-        "edgesmith_version": "0.1.0",
-        "profile": profile,
-        "input": splits.spec.to_json(),
-        "bench_data": {"input": "data/bench_input.npy", "reference": "data/bench_reference.npy"},
-        "targets": targets,
-    })
-    return root
+    build.run(build.BuildRequest(
+        model=str(ckpt), arch=f"{ROOT}/examples/digits/model.py:build", data="digits",
+        profile="host", out=Path(out), targets=list(targets)))
+    return Path(out)
 
 
 @pytest.fixture(scope="session")
-def demo_build_template(tmp_path_factory) -> Path:
-    return make_demo_build(tmp_path_factory.mktemp("demo") / "build")
+def demo_build_template(tmp_path_factory, digits_ckpt: Path) -> Path:
+    return make_demo_build(tmp_path_factory.mktemp("demo") / "build", digits_ckpt)
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""`edgesmith bench` end to end: a demo build, benched through a real sshd on 127.0.0.1."""
+"""`edgesmith bench` end to end: the demo as `edgesmith build` makes it (onnx, tflite and the
+generated C runtime), benched through a real sshd on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -41,6 +42,12 @@ def test_full_bench_over_ssh_measures_onnx_tflite_and_c(sshd, demo_build):
         assert 0 < t["latency_ms"]["min"] <= t["latency_ms"]["p50"] <= t["latency_ms"]["p99"]
         assert t["peak_rss_mb"] > 0 and t["throughput_ips"] > 0
     assert d["system"]["runtimes"]["onnxruntime"]
+    # the C target is the generated runtime, built on the device from the build's sources
+    c = next(t for t in d["targets"] if t["name"] == "c-fp32")
+    built = json.loads((demo_build / "manifest.json").read_text())["targets"]
+    c_meta = next(t for t in built if t["name"] == "c-fp32")["meta"]
+    assert c["c"]["arena_bytes"] == c_meta["arena_bytes"] and c["build_s"] > 0
+    assert c["c"]["weights_bytes"] == c_meta["weights_bytes"]
     on_disk = json.loads((demo_build / "bench" / "test-sshd.json").read_text())
     assert on_disk["status"] == "ok" and len(on_disk["targets"]) == 3
     manifest = json.loads((demo_build / "manifest.json").read_text())
