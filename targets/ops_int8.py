@@ -24,6 +24,33 @@ import numpy as np
 from .ir import LOWER, LOWER_INT8, Call, Lowerer, Ref, Value
 from .ops_f32 import as2d, clip_bounds, conv_pads, conv_params, pool_geometry, prod
 
+# "fast" (default): es_conv2d_i8_fast / es_pointwise_i8; "reference": es_conv2d_i8 only
+# (the oracle; tests switch it with ``reference_kernels()``)
+KERNEL = "fast"
+
+
+def pack_pairs(w: np.ndarray) -> np.ndarray:
+    """[M][C](1x1) int8 -> [M][ceil(C/2)] int32, each (w[m][2k] low, w[m][2k+1] high) as
+    int16, the layout es_pointwise_i8's _mm256_madd_epi16 / vmlal path reads."""
+    w2 = w.reshape(w.shape[0], -1).astype(np.int16)
+    if w2.shape[1] % 2:
+        w2 = np.concatenate([w2, np.zeros((w2.shape[0], 1), np.int16)], axis=1)
+    lo = w2[:, 0::2].astype(np.uint16).astype(np.uint32)
+    hi = w2[:, 1::2].astype(np.uint16).astype(np.uint32)
+    return (lo | (hi << 16)).view(np.int32)
+
+
+class reference_kernels:  # noqa: N801 - used as a context manager
+    """``with reference_kernels(): lower(...)`` generates the portable reference kernels."""
+
+    def __enter__(self):
+        global KERNEL
+        self._old, KERNEL = KERNEL, "reference"
+
+    def __exit__(self, *exc):
+        global KERNEL
+        KERNEL = self._old
+
 
 def quantize_multiplier(real: float) -> tuple[int, int]:
     """TFLite's QuantizeMultiplier: real = mult * 2^(shift - 31), mult in [2^30, 2^31)."""
@@ -284,15 +311,25 @@ def conv_i8(L: Lowerer, node) -> bool:
     oshape = (n, m, *([osp[1]] if nsp == 1 else osp))
     qmin, qmax = _act_range(L, act, s_y, zp_y)
     y = _out_tensor(L, qnode, oshape)
-    wt = L.const_tensor(node.name + "_w", w, "i8")
+    group = int(a.get("group", 1))
     bt = _bias_i32(L, node, 2, tx.scale, s_w, m)
     mult, shift = _requant_tables(L, node, tx.scale, s_w, s_y, m)
-    params = conv_params(c, sp, m, osp, kk, ss, pp, dd, int(a.get("group", 1)), 0, 0.0, 0.0,
+    params = conv_params(c, sp, m, osp, kk, ss, pp, dd, group, 0, 0.0, 0.0,
                          x_zp=tx.zero_point, y_zp=zp_y, qmin=qmin, qmax=qmax)
-    calls = [Call("es_conv2d_i8", [Ref(x.tensor, i * c * sp[0] * sp[1]), Ref(wt), Ref(bt),
-                                   Ref(mult), Ref(shift), Ref("__scratch"),
-                                   Ref(y, i * m * osp[0] * osp[1]), params]) for i in range(n)]
-    L.add_step(node, [x.tensor], [y], calls, scratch=4 * osp[0] * osp[1])
+    plane = osp[0] * osp[1]
+    if KERNEL == "reference":
+        fn, wt, scratch = "es_conv2d_i8", L.const_tensor(node.name + "_w", w, "i8"), 4 * plane
+    elif kk == [1, 1] and ss == [1, 1] and not any(pp) and group == 1:
+        # 1x1 conv as GEMM; weights packed as int16 channel pairs for madd / vmlal
+        fn, wt = "es_pointwise_i8", L.const_tensor(node.name + "_wp", pack_pairs(w), "i32")
+        scratch = 4 * ((c + 1) // 2 * plane + plane)
+    else:
+        fn, wt = "es_conv2d_i8_fast", L.const_tensor(node.name + "_w", w, "i8")
+        scratch = 16 * plane + 2 * c * sp[0] * sp[1] + 4
+    calls = [Call(fn, [Ref(x.tensor, i * c * sp[0] * sp[1]), Ref(wt), Ref(bt),
+                       Ref(mult), Ref(shift), Ref("__scratch"),
+                       Ref(y, i * m * plane), params]) for i in range(n)]
+    L.add_step(node, [x.tensor], [y], calls, scratch=scratch)
     _finish(L, qnode, act, y, oshape)
     return True
 

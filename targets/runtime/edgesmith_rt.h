@@ -161,6 +161,13 @@ void es_quantize_f32_i8(const float *x, int8_t *y, int n, float scale, int zp);
 void es_dequantize_i8_f32(const int8_t *x, float *y, int n, float scale, int zp);
 void es_conv2d_i8(const int8_t *x, const int8_t *w, const int32_t *bias, const int32_t *mult,
                   const int32_t *shift, int32_t *acc, int8_t *y, const es_conv_params *p);
+/* fast paths (kernels/conv_int8_fast.c), bit-identical to es_conv2d_i8 */
+void es_conv2d_i8_fast(const int8_t *x, const int8_t *w, const int32_t *bias,
+                       const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
+                       const es_conv_params *p);
+void es_pointwise_i8(const int8_t *x, const int32_t *wp, const int32_t *bias,
+                     const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
+                     const es_conv_params *p);
 void es_fc_i8(const int8_t *x, const int8_t *w, const int32_t *bias, const int32_t *mult,
               const int32_t *shift, int8_t *y, int M, int N, int K, int x_zp, int y_zp,
               int qmin, int qmax);

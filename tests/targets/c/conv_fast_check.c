@@ -1,0 +1,46 @@
+/* Runs es_conv2d_i8 (reference) and the fast paths on one random conv; exit 1 if they differ.
+ * argv: C H W M KH KW SH SW PT PL DH DW group x_zp seed OH OW */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "edgesmith_rt.h"
+static uint32_t s = 1;
+static int r(int n) { s = s * 1664525u + 1013904223u; return (int)((s >> 8) % (uint32_t)n); }
+int main(int argc, char **argv) {
+    es_conv_params p; int i, pw;
+    int32_t *sc; int8_t *x, *w, *y0, *y1; int32_t *b, *mu, *sh, *wp;
+    size_t nx, nw, ny;
+    memset(&p, 0, sizeof p);
+    if (argc < 16) return 2;
+    p.C = atoi(argv[1]); p.H = atoi(argv[2]); p.W = atoi(argv[3]); p.M = atoi(argv[4]);
+    p.KH = atoi(argv[5]); p.KW = atoi(argv[6]); p.SH = atoi(argv[7]); p.SW = atoi(argv[8]);
+    p.PT = atoi(argv[9]); p.PL = atoi(argv[10]); p.DH = atoi(argv[11]); p.DW = atoi(argv[12]);
+    p.group = atoi(argv[13]); p.x_zp = atoi(argv[14]); s = (uint32_t)atoi(argv[15]);
+    p.OH = atoi(argv[16]); p.OW = atoi(argv[17]); p.y_zp = -3; p.qmin = -128; p.qmax = 127;
+    pw = p.KH == 1 && p.KW == 1 && p.SH == 1 && p.SW == 1 && p.PT == 0 && p.PL == 0 && p.group == 1
+         && p.OH == p.H && p.OW == p.W;
+    nx = (size_t)p.C * p.H * p.W; nw = (size_t)p.M * (p.C / p.group) * p.KH * p.KW;
+    ny = (size_t)p.M * p.OH * p.OW;
+    x = malloc(nx); w = malloc(nw); y0 = malloc(ny); y1 = malloc(ny);
+    b = malloc(4 * p.M); mu = malloc(4 * p.M); sh = malloc(4 * p.M);
+    wp = calloc((size_t)p.M * ((p.C + 1) / 2), 4);
+    sc = malloc(16 * (size_t)p.OH * p.OW + 4 * nx + 4 * (size_t)p.OH * p.OW + 64);
+    for (i = 0; i < (int)nx; ++i) x[i] = (int8_t)(r(256) - 128);
+    for (i = 0; i < (int)nw; ++i) w[i] = (int8_t)(r(255) - 127);
+    for (i = 0; i < p.M; ++i) { b[i] = r(20001) - 10000; mu[i] = (1 << 30) + r(1 << 30); sh[i] = -(6 + r(6)); }
+    for (i = 0; i < (int)nw; ++i) {
+        int m = i / p.C, c = i % p.C;
+        uint32_t v = (uint16_t)(int16_t)w[i];
+        if (pw) wp[m * ((p.C + 1) / 2) + c / 2] |= (int32_t)(c & 1 ? v << 16 : v);
+    }
+    es_conv2d_i8(x, w, b, mu, sh, sc, y0, &p);
+    es_conv2d_i8_fast(x, w, b, mu, sh, sc, y1, &p);
+    if (memcmp(y0, y1, ny)) { printf("fast differs\n"); return 1; }
+    if (pw) {
+        memset(y1, 0, ny);
+        es_pointwise_i8(x, wp, b, mu, sh, sc, y1, &p);
+        if (memcmp(y0, y1, ny)) { printf("pointwise differs\n"); return 1; }
+    }
+    printf("ok %s\n", pw ? "pw" : "");
+    return 0;
+}
