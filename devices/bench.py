@@ -33,6 +33,7 @@ DEFAULT_RUNS = 100
 DEFAULT_WARMUP = 10
 LOCAL_TIMEOUT_S = 600.0
 GRACE_S = 15.0  # the SSH timeout backs up the script's own deadline by this much
+CANCEL_CLEANUP_S = 10.0  # after Ctrl-C: at most this long to stop remote work and clean up
 MODEL_SUFFIXES = {"onnx": (".onnx",), "tflite": (".tflite",), "openvino": (".xml",),
                   "coreml": (".mlpackage", ".mlmodel")}
 
@@ -226,7 +227,7 @@ class _DeviceRun:
         t_start = time.perf_counter()
         name = self.device.name
         self.events.device_start(name, 3 + len(self.build.targets))
-        opened = False
+        opened = cancelled = False
         try:
             t0 = time.perf_counter()
             await self.t.open()
@@ -243,6 +244,12 @@ class _DeviceRun:
                 self.events.target_done(name, r)
                 self.events.device_step(name, target.name)
             self.result["status"] = "ok"
+        except asyncio.CancelledError:  # Ctrl-C: clean up below, then let it propagate
+            cancelled = True
+            self.result["status"] = "cancelled"
+            self.result["error"] = {"what": "cancelled (interrupted) before it finished",
+                                    "where": name, "fix": None, "type": "Cancelled"}
+            raise
         except EdgesmithError as e:
             self.result["status"] = "partial" if self.result["targets"] else "error"
             self.result["error"] = _error_dict(e)
@@ -252,12 +259,9 @@ class _DeviceRun:
             self.result["error"] = {"what": f"{type(e).__name__}: {e}", "where": name,
                                     "fix": None, "type": "DeviceError"}
         finally:
+            t0 = time.perf_counter()
+            await self._close(cancelled)
             if opened:
-                t0 = time.perf_counter()
-                try:
-                    await self.t.close(self.keep)
-                except EdgesmithError:
-                    pass  # the connection is gone; the error above already says why
                 self.result["overhead_s"]["cleanup"] = time.perf_counter() - t0
             self.events.device_step(name, "done")
             self.result["duration_s"] = time.perf_counter() - t_start
@@ -265,6 +269,18 @@ class _DeviceRun:
             self.save()
             self.events.device_done(name, self.result)
         return self.result
+
+    async def _close(self, cancelled: bool) -> None:
+        """Remove the work dir (unless --keep) and disconnect. After a cancellation this is
+        best effort within CANCEL_CLEANUP_S: an interrupted user must not wait on a dead
+        link, and a second Ctrl-C stops it at once."""
+        try:
+            if cancelled:
+                await asyncio.wait_for(self.t.close(self.keep), CANCEL_CLEANUP_S)
+            else:
+                await self.t.close(self.keep)
+        except (EdgesmithError, asyncio.TimeoutError, OSError):
+            pass  # the connection is gone; the error recorded already says why
 
     async def _upload(self) -> None:
         t0 = time.perf_counter()

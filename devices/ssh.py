@@ -246,19 +246,29 @@ class Session:
 
     async def run(self, argv: Sequence[str], *, cwd: str | None = None,
                   timeout: float | None = None) -> RunResult:
-        """Run ``argv`` (each word quoted) optionally in ``cwd``; never raises on exit status."""
+        """Run ``argv`` (each word quoted) optionally in ``cwd``; never raises on exit status.
+
+        When we stop waiting (timeout, or the caller is cancelled: Ctrl-C), the remote
+        command is sent SIGTERM and its channel closed, so it does not run on unattended.
+        (sshd >= 7.9 delivers the signal to the command's whole process group.)"""
         command = quote_argv(argv)
         if cwd is not None:
             command = f"cd {shlex.quote(cwd)} && {command}"
         limit = timeout if timeout is not None else self.ssh.command_timeout_s
         t0 = time.perf_counter()
+        process = None
         try:
-            r = await self.conn.run(command, check=False, timeout=limit)
+            process = await self.conn.create_process(command)
+            r = await process.wait(check=False, timeout=limit)
         except asyncssh.TimeoutError:
+            _stop(process)
             raise DeviceError(
                 f"command timed out after {limit:g} s: {command}", where=self.where,
                 fix="raise ssh.command_timeout_s in the profile, or lower --runs",
             ) from None
+        except asyncio.CancelledError:
+            _stop(process)
+            raise
         except (asyncssh.Error, OSError) as e:
             raise self._lost(e, f"running {argv[0]}") from None
         status = r.exit_status if r.exit_status is not None else -1
@@ -266,11 +276,16 @@ class Session:
             status = -1
         return RunResult(status, _text(r.stdout), _text(r.stderr), time.perf_counter() - t0)
 
-    async def make_run_dir(self, base: str | None = None) -> str:
-        """Create ``<workdir>/run-<time>-<random>`` (mode 700) and return its path."""
+    def run_dir_path(self, base: str | None = None) -> str:
+        """A fresh ``<workdir>/run-<time>-<random>`` path (not created yet)."""
         base = _sftp_path(base or self.ssh.workdir)
-        path = str(PurePosixPath(base) / f"run-{time.strftime('%Y%m%d-%H%M%S')}-"
+        return str(PurePosixPath(base) / f"run-{time.strftime('%Y%m%d-%H%M%S')}-"
                                          f"{secrets.token_hex(3)}")
+
+    async def make_run_dir(self, base: str | None = None, path: str | None = None) -> str:
+        """Create ``path`` (default: a fresh ``run_dir_path``) with mode 700; return it
+        absolute."""
+        path = path or self.run_dir_path(base)
         sftp = await self.sftp()
         try:
             await sftp.makedirs(path, exist_ok=True)
@@ -335,6 +350,17 @@ class Session:
             raise DeviceError(f"download of {remote} does not match its sha256",
                               where=self.where, fix="retry; check the device's storage")
         return local
+
+
+def _stop(process: asyncssh.SSHClientProcess | None) -> None:
+    """Best effort: signal a remote command we no longer wait for, and drop its channel."""
+    if process is None:
+        return
+    try:
+        process.send_signal("TERM")
+    except (asyncssh.Error, OSError, ValueError):
+        pass
+    process.close()
 
 
 def _sftp_path(path: str) -> str:

@@ -7,7 +7,9 @@ work-dir layout, so ``--local`` measures exactly what a device run measures minu
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -53,7 +55,9 @@ class SshTransport(Transport):
 
     async def open(self) -> None:
         self.session = await ssh_mod.connect(self.ssh, **self._connect)
-        self.workdir = await self.session.make_run_dir()
+        # known before it exists, so a run cancelled while it is being made still cleans up
+        self.workdir = self.session.run_dir_path()
+        self.workdir = await self.session.make_run_dir(path=self.workdir)
 
     async def put(self, local: Path, rel: str) -> int:
         assert self.session is not None and self.workdir is not None
@@ -99,18 +103,21 @@ class LocalTransport(Transport):
     async def run(self, argv: Sequence[str], timeout: float) -> RunResult:
         t0 = time.perf_counter()
         try:
+            # its own process group: stopping it also stops what it started (make, the C bench)
             proc = await asyncio.create_subprocess_exec(
                 *argv, cwd=self.workdir, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE)
+                stderr=asyncio.subprocess.PIPE, start_new_session=True)
         except OSError as e:
             raise DeviceError(f"cannot start {argv[0]}: {e}", where="local") from None
         try:
             out, err = await asyncio.wait_for(proc.communicate(), timeout)
         except asyncio.TimeoutError:
-            proc.kill()
-            await proc.wait()
+            await _kill_group(proc)
             raise DeviceError(f"command timed out after {timeout:g} s: {argv[0]}",
                               where="local", fix="lower --runs") from None
+        except asyncio.CancelledError:
+            await _kill_group(proc)
+            raise
         return RunResult(proc.returncode if proc.returncode is not None else -1,
                          out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
                          time.perf_counter() - t0)
@@ -118,3 +125,14 @@ class LocalTransport(Transport):
     async def close(self, keep: bool) -> None:
         if self.workdir is not None and not keep:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+async def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        await asyncio.wait_for(proc.wait(), 5)
+    except asyncio.TimeoutError:
+        pass

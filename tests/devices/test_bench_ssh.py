@@ -4,9 +4,12 @@ generated C runtime), benched through a real sshd on 127.0.0.1."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -194,3 +197,59 @@ def test_fleet_file_errors_point_at_the_line(tmp_path):
     with pytest.raises(ProfileError) as e:
         load_fleet(fleet)
     assert f"{fleet}:" in str(e.value) and "shh" in str(e.value)
+
+
+def _procs_under(folder: Path) -> list[int]:
+    """Processes whose working dir is inside ``folder`` (the bench script and its children)."""
+    out = []
+    for cwd in Path("/proc").glob("[0-9]*/cwd"):
+        try:
+            target = os.readlink(cwd)
+        except OSError:
+            continue
+        if target.startswith(str(folder)):
+            out.append(int(cwd.parent.name))
+    return out
+
+
+def _wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _device_profile(sshd, path: Path, extra: str = "") -> Path:
+    path.write_text(
+        f"extends: host\n{extra}"
+        f"ssh: {{host: 127.0.0.1, port: {sshd.port}, user: {sshd.user}, "
+        f"identity: {sshd.identity}, known_hosts: {sshd.known_hosts}, "
+        f"workdir: {sshd.root / 'remote'}, python: {sys.executable}}}\n")
+    return path
+
+
+def test_ctrl_c_stops_the_remote_bench_and_removes_its_work_dir(sshd, demo_build, tmp_path):
+    remote = sshd.root / "remote"
+    profile = _device_profile(sshd, tmp_path / "dev.yaml")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys, edgesmith.cli.bench; from edgesmith.cli.app import "
+         "main; sys.argv = ['edgesmith', *sys.argv[1:]]; main()",
+         "bench", str(demo_build), "--device", str(profile), "--runs", "100000000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # the bench script is measuring on the "device" (its cwd is the run dir)
+        _wait_for(lambda: _procs_under(remote), 60, "the remote bench to start")
+        assert len(_run_dirs(sshd)) == 1
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert _run_dirs(sshd) == []  # work dir removed
+    _wait_for(lambda: not _procs_under(remote), 5, "the remote bench to stop")
+    saved = json.loads((demo_build / "bench" / "dev.json").read_text())
+    assert saved["status"] == "cancelled" and saved["kept"] is False
