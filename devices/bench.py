@@ -18,7 +18,7 @@ import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from edgesmith.errors import BudgetError, DeviceError, EdgesmithError, UsageError
@@ -50,6 +50,34 @@ class Device:
     @property
     def file_name(self) -> str:
         return safe_name(self.name) + ".json"
+
+
+_TARGET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def _inside(root: Path, rel: object, what: str, where: Path) -> Path:
+    """``root / rel`` for a manifest path that is relative, has no ``..``, and (symlinks
+    resolved) stays inside ``root``; anything else is a hostile or broken manifest."""
+    bad = None
+    if not isinstance(rel, str) or not rel or "\\" in rel or "\x00" in rel:
+        bad = "is not a relative path"
+    elif rel.startswith(("/", "~")) or PurePosixPath(rel).is_absolute():
+        bad = "is absolute"
+    elif ".." in PurePosixPath(rel).parts:
+        bad = "contains '..'"
+    else:
+        path = root / rel
+        try:
+            inside = path.resolve().is_relative_to(root.resolve())
+        except (OSError, RuntimeError):
+            inside = False
+        if not inside:
+            bad = "points outside the build folder"
+        else:
+            return path
+    raise UsageError(f"{what} {rel!r} {bad}", where=str(where),
+                     fix="manifest paths must be relative and inside the build folder; "
+                         "rebuild with `edgesmith build` rather than editing manifest.json")
 
 
 def safe_name(name: str) -> str:
@@ -96,8 +124,10 @@ def load_build(build_dir: Path) -> Build:
     except ValueError:
         profile = None
     data = manifest.get("bench_data") or {}
-    inp, ref = root / data.get("input", "data/bench_input.npy"), root / data.get(
-        "reference", "data/bench_reference.npy")
+    inp = _inside(root, data.get("input", "data/bench_input.npy"), "bench_data.input",
+                  manifest_path)
+    ref = _inside(root, data.get("reference", "data/bench_reference.npy"),
+                  "bench_data.reference", manifest_path)
     for p in (inp, ref):
         if not p.is_file():
             raise UsageError(f"bench data {p.name} is missing", where=str(p),
@@ -117,13 +147,24 @@ def load_build(build_dir: Path) -> Build:
 
 
 def _bench_target(root: Path, name: str, t: dict[str, Any]) -> BenchTarget:
-    path = root / t["path"]
+    manifest_path = root / "manifest.json"
+    if not isinstance(name, str) or not _TARGET_NAME.fullmatch(name):
+        raise UsageError(f"target name {name!r} is not a plain name", where=str(manifest_path),
+                         fix="target names are letters, digits, '.', '-', '_' (e.g. onnx-fp32);"
+                             " rebuild with `edgesmith build`")
+    path = _inside(root, t["path"], f"target {name}: path", manifest_path)
     spec = t.get("bench") or {}
     fmt = spec.get("format") or t["format"]
+    if fmt not in (*MODEL_SUFFIXES, "c"):
+        raise UsageError(f"target {name}: unknown format {fmt!r}", where=str(manifest_path))
     folder = path if path.is_dir() and fmt == "c" else path.parent
     files = list(spec.get("files") or ([path.name] if path.is_file() else
                                        sorted(p.name for p in path.iterdir())))
+    for key in ("model", "weights"):
+        if spec.get(key) is not None:
+            _inside(folder, spec[key], f"target {name}: bench.{key}", manifest_path)
     for f in files:
+        _inside(folder, f, f"target {name}: file", manifest_path)
         if not (folder / f).exists():
             raise UsageError(f"target {name}: file {f} is missing", where=str(folder / f),
                              fix="rebuild with `edgesmith build`")

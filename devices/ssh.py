@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 import secrets
 import shlex
 import time
@@ -147,6 +148,23 @@ def _connect_kwargs(ssh: Ssh, policy: _HostKeyPolicy, config: Sequence[str] | No
 
 
 _RETRYABLE = (OSError, asyncio.TimeoutError, asyncssh.ConnectionLost)
+# a DNS name, an IPv4/IPv6 address (optionally [bracketed], %zone) or an ssh_config alias;
+# nothing a shell, ssh_config's %-tokens or ProxyCommand could read as more than a name
+_HOST = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*|\[?[0-9A-Fa-f:.]+(%[A-Za-z0-9_.-]+)?\]?")
+_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*\$?")
+
+
+def check_names(ssh: Ssh) -> None:
+    """Refuse a host or user that is not a plain name before anything uses it."""
+    if not _HOST.fullmatch(ssh.host) or len(ssh.host) > 253:
+        raise DeviceError(
+            f"host {ssh.host!r} is not a host name, an IP address or an ssh_config alias",
+            where="ssh.host",
+            fix="use a plain name (letters, digits, '.', '-', '_') or an address; put "
+                "anything more elaborate in ~/.ssh/config under a Host alias")
+    if ssh.user is not None and not _USER.fullmatch(ssh.user):
+        raise DeviceError(f"user {ssh.user!r} is not a plain user name", where="ssh.user",
+                          fix="use the login name only (letters, digits, '.', '-', '_')")
 
 
 async def connect(ssh: Ssh, *, attempts: int = CONNECT_ATTEMPTS, backoff_s: float = BACKOFF_S,
@@ -155,6 +173,7 @@ async def connect(ssh: Ssh, *, attempts: int = CONNECT_ATTEMPTS, backoff_s: floa
 
     ``config`` lists ssh_config files; ``None`` means asyncssh's default (``~/.ssh/config``).
     """
+    check_names(ssh)
     where = describe(ssh)
     last: BaseException | None = None
     for attempt in range(attempts):
