@@ -41,21 +41,23 @@ class CalibrationSet:
                 "percentile": self.percentile, "per_channel": self.per_channel}
 
 
-def from_splits(splits, settings) -> CalibrationSet:
+def from_splits(splits, settings, warn=None) -> CalibrationSet:
     """Take the first ``settings.samples`` of the calibration split (then train, if short).
 
-    A request larger than the data warns and uses what exists: calibrating on fewer
-    samples is a quality question for the user, not a reason to stop the build.
+    A request larger than the data warns (through ``warn``, default ``warnings.warn``) and
+    uses what exists: calibrating on fewer samples is a quality question for the user,
+    not a reason to stop the build.
     """
     pool = splits.calib_x
     if len(pool) < settings.samples:
         pool = np.concatenate([splits.calib_x, splits.train_x])
     if len(pool) < settings.samples:
-        warnings.warn(
-            f"calibration asked for {settings.samples} samples but the data has {len(pool)}; "
-            f"calibrating on {len(pool)}",
-            stacklevel=2,
-        )
+        message = (f"calibration asked for {settings.samples} samples but the data has "
+                   f"{len(pool)}; calibrating on {len(pool)}")
+        if warn is None:
+            warnings.warn(message, stacklevel=2)
+        else:
+            warn(message)
     x = np.ascontiguousarray(pool[: settings.samples], dtype=np.float32)
     return CalibrationSet(x=x, method=settings.method, percentile=settings.percentile,
                           per_channel=settings.per_channel, requested=settings.samples)

@@ -18,6 +18,7 @@ ONNX layout, so validation and users never see the difference.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -67,7 +68,24 @@ _RULES = {
     "GridSample": CompatRule("unsupported", "onnx2tf's GridSample lowering gives wrong results"),
     "Det": CompatRule("unsupported", "onnx2tf cannot convert Det (tf.linalg.det fails)"),
     "InstanceNormalization": CompatRule("lowered", "decomposed into mean/variance arithmetic"),
+    "Hardmax": CompatRule("unsupported", "onnx2tf's Hardmax gives wrong results (cosine 0.26 "
+                                         "vs onnxruntime); use ArgMax + OneHot"),
+    "Trilu": CompatRule("unsupported", "onnx2tf's Trilu gives wrong results after its NHWC "
+                                       "transposition"),
 }
+
+
+@functools.cache
+def _onnx2tf_has_op(op_type: str) -> bool:
+    """onnx2tf implements each ONNX op as a module ``onnx2tf/ops/<OpType>.py``; an op without
+    one fails the conversion (e.g. DFT: "No module named 'onnx2tf.ops.DFT'"). Looked up on
+    disk: importing onnx2tf would import TensorFlow just to answer the compat question."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("onnx2tf")
+    if spec is None or not spec.origin:
+        return True  # not installed here: the conversion itself will say so
+    return (Path(spec.origin).parent / "ops" / f"{op_type}.py").is_file()
 
 
 
@@ -96,7 +114,12 @@ class TFLiteTarget(Target):
         if op_type == "Mod" and attrs.get("fmod") == 1:
             return CompatRule("unsupported", "fmod=1 (C-style remainder) is converted as Python "
                                              "modulo: wrong sign for negative inputs")
-        return self.compat_rules.get(op_type, self.default_rule)
+        rule = self.compat_rules.get(op_type)
+        if rule is not None:
+            return rule
+        if not _onnx2tf_has_op(op_type):
+            return CompatRule("unsupported", f"onnx2tf has no converter for {op_type}")
+        return self.default_rule
 
     # -- convert ---------------------------------------------------------------------------
     def convert(self, ctx: ConvertContext) -> Artifact:

@@ -127,7 +127,7 @@ def run(req: BuildRequest, events: Events | None = None) -> dict[str, Any]:
             write_json_atomic(root / "compat.json", report_c.to_json())
             report_c.raise_for_unsupported()
 
-        calib = from_splits(splits, profile.compress.calibration)
+        calib = from_splits(splits, profile.compress.calibration, warn=events.warn)
         ctx_args = dict(fp32_onnx=opt.path, spec=splits.spec, calib=calib, profile=profile,
                         work_dir=work_dir, torchscript=torchscript, qdq_onnx=qdq_onnx,
                         torch_model=model)

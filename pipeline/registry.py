@@ -100,6 +100,12 @@ class Target:
 
     not_runnable_reason: ClassVar[str] = ""
 
+    def host_latency_ms(self, artifact: Artifact, sample: np.ndarray) -> float | None:
+        """p50 latency of one sample on this host, for formats whose runner does not time
+        the inference alone (the C runner spawns a process per call). None: time the
+        runner."""
+        return None
+
     # -- compat ----------------------------------------------------------------------------
     def compat(self, op_type: str, attrs: dict[str, Any], precision: str) -> CompatRule:
         """Override for rules that depend on attributes (e.g. Resize mode) or precision."""

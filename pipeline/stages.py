@@ -158,7 +158,8 @@ def convert_and_validate(spec: Any, options: Any, ctx_args: dict[str, Any], spli
                     "sha256": artifact.sha256, "meta": artifact.meta})
     except EdgesmithError as e:
         ctx.log(e.message())
-        return TargetResult(spec, None, None, "failed", f"{spec.name}: convert: {e.what}")
+        return TargetResult(spec, None, None, "failed",
+                            f"{spec.name}: convert: {e.what} (full log: logs/{spec.name}.log)")
     except Exception as e:  # a third-party converter crashed: keep the log, go on
         ctx.log(traceback.format_exc())
         first = str(e).splitlines()[0][:200] if str(e) else ""
@@ -168,8 +169,9 @@ def convert_and_validate(spec: Any, options: Any, ctx_args: dict[str, Any], spli
     ctx.built[spec.name] = artifact
     try:
         run = target.runner(artifact)
+        own = target.host_latency_ms(artifact, splits.val_x[:1]) if run is not None else None
         v = validate.validate(run, splits.val_x, splits.val_y, ref.outputs, ref.accuracy,
-                              not_run_reason=target.not_runnable_reason)
+                              not_run_reason=target.not_runnable_reason, latency_ms=own)
     except Exception as e:
         ctx.log(traceback.format_exc())
         return TargetResult(spec, artifact, None, "failed",
@@ -180,10 +182,10 @@ def convert_and_validate(spec: Any, options: Any, ctx_args: dict[str, Any], spli
         out_dir.rename(rejected)
         artifact = Artifact(rejected / artifact.path.relative_to(out_dir), artifact.format,
                             artifact.precision, artifact.sha256, artifact.meta)
-        return TargetResult(
-            spec, artifact, v, "rejected",
-            f"{spec.name}: output parity off (cosine {v.cosine:.5f} < "
-            f"{validate.PARITY_MIN_COSINE[spec.precision.value]}); kept in rejected/{spec.name}")
+        why = v.parity_problem(spec.precision.value)
+        return TargetResult(spec, artifact, v, "rejected",
+                            f"{spec.name}: output parity off ({why}); "
+                            f"kept in rejected/{spec.name}")
     return TargetResult(spec, artifact, v, "ok")
 
 

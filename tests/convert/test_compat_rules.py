@@ -36,6 +36,7 @@ OPS = {
     "InstanceNormalization": nn.InstanceNorm2d(3),
     "Resize/cubic": lambda x: F.interpolate(x, scale_factor=2, mode="bicubic"),
     "Mod/fmod": lambda x: torch.fmod(x, 0.7),
+    "Trilu": torch.triu,
 }
 # (target, op) -> ruled status: every rule in the three modules, plus controls
 CASES = [
@@ -47,6 +48,8 @@ CASES = [
     ("tflite", "InstanceNormalization", "lowered"),
     ("tflite", "Resize/cubic", "unsupported"),
     ("tflite", "Mod/fmod", "unsupported"),
+    ("tflite", "Trilu", "unsupported"),
+    ("openvino", "Trilu", "supported"),
     ("openvino", "Det", "unsupported"),
     ("openvino", "Erf", "supported"),
     ("openvino", "GridSample", "supported"),
@@ -126,3 +129,31 @@ def test_custom_domain_op_is_unsupported_and_really_fails(tmp_path, fmt):
 def test_coreml_rules_name_custom_domains_unsupported():
     rule = CoreMLTarget().compat("Frobnicate", {"domain": "com.example"}, "int8")
     assert rule.status == "unsupported"
+
+
+def _one_node_onnx(path, op_type, **attrs):
+    """input (N, 3, 8, 8) -> [Unsqueeze ->] op -> output: ops torch does not export."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, inits, src = [], [], "input"
+    if op_type == "DFT":
+        inits.append(numpy_helper.from_array(np.array([-1], np.int64), "axes"))
+        nodes.append(helper.make_node("Unsqueeze", ["input", "axes"], ["u"], name="unsq"))
+        src = "u"
+    nodes.append(helper.make_node(op_type, [src], ["output"], name="odd", **attrs))
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, *SHAPE])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, None)], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("op_type", "attrs"), [("Hardmax", {"axis": -1}), ("DFT", {"axis": 3})])
+def test_tflite_ops_without_a_working_onnx2tf_lowering_are_unsupported(tmp_path, op_type,
+                                                                       attrs):
+    """Hardmax converts but computes something else; DFT has no onnx2tf module at all (the
+    rule for it is generic: any op without ``onnx2tf/ops/<Op>.py``)."""
+    path = _one_node_onnx(tmp_path / f"{op_type}.onnx", op_type, **attrs)
+    assert _ruled(TFLiteTarget(), path, op_type) == {"unsupported"}
+    assert _outcome("tflite", path, None, tmp_path) in ("fails", "wrong")
