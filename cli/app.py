@@ -38,8 +38,9 @@ def main() -> None:
         err_console.print(f"[bold red]error:[/] {e.message()}", markup=True, soft_wrap=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
-        err_console.print("[yellow]interrupted[/]: nothing was published; "
-                          "the previous build folder is untouched")
+        err_console.print("[yellow]interrupted[/]: a build publishes nothing half-written (the "
+                          "previous build folder is untouched); a bench keeps what it measured "
+                          "in BUILD_DIR/bench/")
         sys.exit(130)
     except SystemExit:
         raise

@@ -50,8 +50,7 @@ def target_rows(manifest: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-HEADER = ["target", "status", "top-1", "drop pt", "max err", "cosine", "KB", "xfp32",
-          "p50 ms"]
+HEADER = ["target", "status", "top-1", "drop", "maxerr", "cosine", "KB", "xfp32", "p50 ms"]
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> str:
