@@ -24,8 +24,8 @@ import numpy as np
 from .ir import LOWER, LOWER_INT8, Call, Lowerer, Ref, Value
 from .ops_f32 import as2d, clip_bounds, conv_pads, conv_params, pool_geometry, prod
 
-# "fast" (default): es_conv2d_i8_fast / es_pointwise_i8; "reference": es_conv2d_i8 only
-# (the oracle; tests switch it with ``reference_kernels()``)
+# "fast" (default): es_conv2d_i8_gemm (one group) / es_conv2d_i8_fast (grouped);
+# "reference": es_conv2d_i8 only (the oracle; tests switch it with ``reference_kernels()``)
 KERNEL = "fast"
 
 
@@ -319,10 +319,11 @@ def conv_i8(L: Lowerer, node) -> bool:
     plane = osp[0] * osp[1]
     if KERNEL == "reference":
         fn, wt, scratch = "es_conv2d_i8", L.const_tensor(node.name + "_w", w, "i8"), 4 * plane
-    elif kk == [1, 1] and ss == [1, 1] and not any(pp) and group == 1:
-        # 1x1 conv as GEMM; weights packed as int16 channel pairs for madd / vmlal
-        fn, wt = "es_pointwise_i8", L.const_tensor(node.name + "_wp", pack_pairs(w), "i32")
-        scratch = 4 * ((c + 1) // 2 * plane + plane)
+    elif group == 1:
+        # im2col tiles + a 4x16 register-blocked GEMM; weights packed as int16 pairs over
+        # C*KH*KW for madd / vmlal; scratch = one int16 im2col tile (ES_I8_GEMM_SCRATCH)
+        fn, wt = "es_conv2d_i8_gemm", L.const_tensor(node.name + "_wp", pack_pairs(w), "i32")
+        scratch = 4 * 32 * ((c * kk[0] * kk[1] + 1) // 2)
     else:
         fn, wt = "es_conv2d_i8_fast", L.const_tensor(node.name + "_w", w, "i8")
         scratch = 16 * plane + 2 * c * sp[0] * sp[1] + 4

@@ -36,6 +36,21 @@ int main(int argc, char **argv) {
     es_conv2d_i8(x, w, b, mu, sh, sc, y0, &p);
     es_conv2d_i8_fast(x, w, b, mu, sh, sc, y1, &p);
     if (memcmp(y0, y1, ny)) { printf("fast differs\n"); return 1; }
+    if (p.group == 1) { /* im2col + blocked GEMM, weights as int16 pairs over C*KH*KW */
+        const int K = p.C * p.KH * p.KW, K2 = (K + 1) / 2;
+        int32_t *wg = calloc((size_t)p.M * K2, 4);
+        int32_t *gs = malloc(ES_I8_GEMM_SCRATCH(K));
+        for (i = 0; i < (int)nw; ++i) {
+            int m = i / K, k = i % K;
+            uint32_t v = (uint16_t)(int16_t)w[i];
+            wg[m * K2 + k / 2] |= (int32_t)(k & 1 ? v << 16 : v);
+        }
+        memset(y1, 0, ny);
+        es_conv2d_i8_gemm(x, wg, b, mu, sh, gs, y1, &p);
+        free(wg);
+        free(gs);
+        if (memcmp(y0, y1, ny)) { printf("gemm differs\n"); return 1; }
+    }
     if (pw) {
         memset(y1, 0, ny);
         es_pointwise_i8(x, wp, b, mu, sh, sc, y1, &p);
