@@ -324,6 +324,12 @@ def conv_i8(L: Lowerer, node) -> bool:
         # C*KH*KW for madd / vmlal; scratch = one int16 im2col tile (ES_I8_GEMM_SCRATCH)
         fn, wt = "es_conv2d_i8_gemm", L.const_tensor(node.name + "_wp", pack_pairs(w), "i32")
         scratch = 4 * 32 * ((c * kk[0] * kk[1] + 1) // 2)
+    elif group == c == m:
+        # depthwise: per-channel zero-padded int16 plane, unit-stride tap loops
+        fn, wt = "es_dwconv2d_i8", L.const_tensor(node.name + "_w", w, "i8")
+        hp = (osp[0] - 1) * ss[0] + (kk[0] - 1) * dd[0] + 1
+        wp = (osp[1] - 1) * ss[1] + (kk[1] - 1) * dd[1] + 1
+        scratch = 4 * plane + 2 * hp * wp + 64
     else:
         fn, wt = "es_conv2d_i8_fast", L.const_tensor(node.name + "_w", w, "i8")
         scratch = 16 * plane + 2 * c * sp[0] * sp[1] + 4

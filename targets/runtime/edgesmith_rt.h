@@ -173,6 +173,12 @@ void es_pointwise_i8(const int8_t *x, const int32_t *wp, const int32_t *bias,
 void es_conv2d_i8_gemm(const int8_t *x, const int32_t *wp, const int32_t *bias,
                        const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
                        const es_conv_params *p);
+/* depthwise (group == C == M); scratch: int32 plane + int16 zero-padded input plane */
+#define ES_I8_DW_SCRATCH(OH, OW, HP, WP) \
+    (4u * (unsigned)(OH) * (unsigned)(OW) + 2u * (unsigned)(HP) * (unsigned)(WP) + 64u)
+void es_dwconv2d_i8(const int8_t *x, const int8_t *w, const int32_t *bias,
+                    const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
+                    const es_conv_params *p);
 void es_fc_i8(const int8_t *x, const int8_t *w, const int32_t *bias, const int32_t *mult,
               const int32_t *shift, int8_t *y, int M, int N, int K, int x_zp, int y_zp,
               int qmin, int qmax);

@@ -24,11 +24,16 @@ static void widen(const int8_t *x, int16_t *xs, int n, int32_t zp) {
     for (i = 0; i < n; ++i) xs[i] = (int16_t)((int32_t)x[i] - zp);
 }
 
-static void requant_plane(const int32_t *acc, int8_t *y, int n, int32_t mult, int32_t shift,
+static void requant16(int32_t *acc, int8_t *y, int n, int32_t mult, int32_t shift,
+                      const es_conv_params *p);
+
+/* requantises in place chunks of 16 (acc is clobbered) */
+static void requant_plane(int32_t *acc, int8_t *y, int n, int32_t mult, int32_t shift,
                           const es_conv_params *p) {
     int i;
-    for (i = 0; i < n; ++i) y[i] = es_sat8(es_mul_q(acc[i], mult, shift) + p->y_zp, p->qmin,
-                                           p->qmax);
+    for (i = 0; i + 16 <= n; i += 16) requant16(acc + i, y + i, 16, mult, shift, p);
+    for (; i < n; ++i) y[i] = es_sat8(es_mul_q(acc[i], mult, shift) + p->y_zp, p->qmin,
+                                      p->qmax);
 }
 
 void es_conv2d_i8_fast(const int8_t *x, const int8_t *w, const int32_t *bias,
@@ -354,5 +359,60 @@ void es_conv2d_i8_gemm(const int8_t *x, const int32_t *wp, const int32_t *bias,
                               shift[m0 + r], p);
             }
         }
+    }
+}
+
+/* ---- es_dwconv2d_i8: depthwise (group == C == M) -------------------------------------
+ * Per channel, the input plane is widened to int16 with the zero point subtracted into a
+ * zero-padded buffer (padding == x_zp after the shift, as in the reference), so the tap
+ * loops have no bounds checks and run unit-stride along the output row (vectorised at
+ * -O3; stride 2 reads every other element). Accumulators for the plane are requantised
+ * 16 at a time. Scratch: ES_I8_DW_SCRATCH(p) bytes. */
+void es_dwconv2d_i8(const int8_t *x, const int8_t *w, const int32_t *bias,
+                    const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
+                    const es_conv_params *p) {
+    /* parameters as locals: stores through acc must not force reloads from *p */
+    const int H = p->H, W = p->W, OH = p->OH, OW = p->OW, KH = p->KH, KW = p->KW;
+    const int SH = p->SH, SW = p->SW, DH = p->DH, DW = p->DW, PT = p->PT, PL = p->PL;
+    const int32_t xzp = p->x_zp;
+    const int Hp = (OH - 1) * SH + (KH - 1) * DH + 1, Wp = (OW - 1) * SW + (KW - 1) * DW + 1;
+    const int plane = OH * OW, ksz = KH * KW;
+    int32_t *acc = scratch;
+    int16_t *xp = (int16_t *)(scratch + plane);
+    int c, r, i, oh, ow, kh, kw;
+    for (c = 0; c < p->C; ++c) {
+        const int8_t *xc = x + (size_t)c * H * W;
+        const int8_t *wc = w + (size_t)c * ksz;
+        const int32_t bc = bias[c];
+        for (r = 0; r < Hp; ++r) {
+            const int ih = r - PT;
+            int16_t *dst = xp + (size_t)r * Wp;
+            const int lo = PL < Wp ? PL : Wp, hi = (PL + W) < Wp ? (PL + W) : Wp;
+            const int8_t *src;
+            if (ih < 0 || ih >= H) {
+                for (i = 0; i < Wp; ++i) dst[i] = 0;
+                continue;
+            }
+            src = xc + (size_t)ih * W;
+            for (i = 0; i < lo; ++i) dst[i] = 0;
+            for (i = lo; i < hi; ++i) dst[i] = (int16_t)((int32_t)src[i - PL] - xzp);
+            for (i = hi > lo ? hi : lo; i < Wp; ++i) dst[i] = 0;
+        }
+        for (i = 0; i < plane; ++i) acc[i] = bc;
+        for (oh = 0; oh < OH; ++oh) {
+            int32_t *a = acc + (size_t)oh * OW;
+            for (kh = 0; kh < KH; ++kh) {
+                const int16_t *xr = xp + (size_t)(oh * SH + kh * DH) * Wp;
+                for (kw = 0; kw < KW; ++kw) {
+                    const int32_t wv = wc[kh * KW + kw];
+                    const int16_t *xk = xr + kw * DW;
+                    if (SW == 1)
+                        for (ow = 0; ow < OW; ++ow) a[ow] += wv * (int32_t)xk[ow];
+                    else
+                        for (ow = 0; ow < OW; ++ow) a[ow] += wv * (int32_t)xk[ow * SW];
+                }
+            }
+        }
+        requant_plane(acc, y + (size_t)c * plane, plane, mult[c], shift[c], p);
     }
 }
