@@ -74,6 +74,33 @@ def _litert_latency(model: Path, runs: int) -> float:
     return float(np.median(lat))
 
 
+def _tflm_arena(it) -> dict:
+    """TFLM's RecordingMicroAllocator figures, parsed from print_allocations() (it writes
+    to the C++ stdout, so fd 1 is redirected around the call)."""
+    import os
+    import re
+
+    sys.stdout.flush()
+    r, w = os.pipe()
+    saved = os.dup(1)
+    os.dup2(w, 1)
+    try:
+        it.print_allocations()
+    finally:
+        os.dup2(saved, 1)
+        os.close(w)
+        os.close(saved)
+    text = b""
+    while chunk := os.read(r, 65536):
+        text += chunk
+    os.close(r)
+    out = {}
+    for key in ("total", "head", "tail"):
+        m = re.search(rf"Arena allocation {key} (\d+) bytes", text.decode(errors="replace"))
+        out[key] = int(m.group(1)) if m else None
+    return out
+
+
 def _tflm(model: Path, runs: int):
     from tflite_micro.python.tflite_micro import runtime
 
@@ -82,15 +109,25 @@ def _tflm(model: Path, runs: int):
     it.set_input(np.zeros(inp["shape"], inp["dtype"]), 0)
     it.invoke()
     lat = []
-    for _ in range(max(3, runs // 10)):
+    for _ in range(max(5, runs // 10)):
         t0 = time.perf_counter()
         it.invoke()
         lat.append((time.perf_counter() - t0) * 1e3)
-    arena = None
-    for name in ("arena_used_bytes", "get_arena_used_bytes"):
-        if hasattr(it, name):
-            arena = int(getattr(it, name)())
-    return float(np.median(lat)), arena
+    return float(np.median(lat)), _tflm_arena(it)
+
+
+def _python_call_overhead_ms(runs: int) -> float:
+    """perf_counter around a no-op Python call: the floor included in the peers' figures
+    (they are timed from Python; the C runtime times itself in C)."""
+    def f():
+        return None
+
+    lat = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        f()
+        lat.append((time.perf_counter() - t0) * 1e3)
+    return float(np.median(lat))
 
 
 def main() -> None:
@@ -120,15 +157,27 @@ def main() -> None:
                 tfl = None
             if tfl is not None:
                 ms = _litert_latency(tfl, args.runs)
-                r["litert"] = {"int8_p50_ms": ms, "ratio_c_over_litert": c_ms / ms}
+                r["litert"] = {"int8_p50_ms": ms, "ratio_c_over_litert": c_ms / ms,
+                               "threads": 1, "delegate": "XNNPACK (LiteRT default)",
+                               "python_call_floor_ms": _python_call_overhead_ms(args.runs)}
                 try:
-                    tm, arena = _tflm(tfl, args.runs)
-                    r["tflm"] = {"int8_p50_ms": tm, "speedup_c_vs_tflm": tm / c_ms,
-                                 "arena_bytes": arena,
-                                 "c_arena_over_tflm": (r["int8"]["arena_bytes"] / arena
-                                                       if arena else None)}
-                except Exception as e:  # noqa: BLE001
-                    r["tflm"] = {"skipped": f"{type(e).__name__}: {e}"[:300]}
+                    import tflite_micro  # noqa: F401
+                except ImportError:
+                    print("tflite-micro not installed", file=sys.stderr)
+                    r["tflm"] = {"skipped": "tflite-micro not installed"}
+                else:
+                    try:
+                        tm, arena = _tflm(tfl, args.runs)
+                        c_arena = r["int8"]["arena_bytes"]
+                        r["tflm"] = {"int8_p50_ms": tm, "speedup_c_vs_tflm": tm / c_ms,
+                                     "arena_total_bytes": arena["total"],
+                                     "arena_head_bytes": arena["head"],
+                                     "c_arena_over_tflm_total": (
+                                         c_arena / arena["total"] if arena["total"] else None),
+                                     "c_arena_over_tflm_head": (
+                                         c_arena / arena["head"] if arena["head"] else None)}
+                    except Exception as e:  # noqa: BLE001
+                        r["tflm"] = {"skipped": f"{type(e).__name__}: {e}"[:300]}
             report[name] = r
     print(json.dumps(report, indent=1))
 

@@ -167,7 +167,7 @@ def _model_c(g: Graph, plan: Plan, wl: wts.WeightsLayout, embedded: bool) -> str
             args = []
             for a in c.args:
                 if isinstance(a, Ref) and a.name.startswith("__scratch"):
-                    args.append(f"(int32_t *)(A + {plan.offsets[f'__scratch_{i}']})")
+                    args.append(f"(void *)(A + {plan.offsets[f'__scratch_{i}']})")
                 else:
                     args.append(w.arg(a, f"P{i}_{j}"))
             body.append(f"        {c.fn}({', '.join(args)});")

@@ -130,6 +130,13 @@ enum { ES_R_MEAN, ES_R_SUM, ES_R_MAX };
 /* ---- float32 kernels ------------------------------------------------------------------- */
 void es_conv2d_f32(const float *x, const float *w, const float *b, float *y,
                    const es_conv_params *p);
+/* fast paths (kernels/conv_f32_fast.c): one-group im2col + 4x16 FMA GEMM; depthwise */
+#define ES_F32_GEMM_SCRATCH(K) (4u * 32u * (unsigned)(K))
+#define ES_F32_DW_SCRATCH(HP, WP) (4u * (unsigned)(HP) * (unsigned)(WP) + 64u)
+void es_conv2d_f32_gemm(const float *x, const float *w, const float *b, float *scratch,
+                        float *y, const es_conv_params *p);
+void es_dwconv2d_f32(const float *x, const float *w, const float *b, float *scratch,
+                     float *y, const es_conv_params *p);
 void es_conv_transpose2d_f32(const float *x, const float *w, const float *b, float *y,
                              const es_conv_params *p);
 void es_gemm_f32(const float *x, const float *w, const float *b, float *y, int M, int N, int K,

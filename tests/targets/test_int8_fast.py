@@ -72,7 +72,7 @@ def test_generated_int8_model_uses_fast_paths_and_reference_switch(work, digits_
     from edgesmith.targets.ops_int8 import reference_kernels
 
     fns = {c.fn for st in lower(digits_qdq, "int8").steps for c in st.calls}
-    assert {"es_conv2d_i8_fast", "es_conv2d_i8_gemm"} <= fns and "es_conv2d_i8" not in fns
+    assert {"es_dwconv2d_i8", "es_conv2d_i8_gemm"} <= fns and "es_conv2d_i8" not in fns
     with reference_kernels():
         fns = {c.fn for st in lower(digits_qdq, "int8").steps for c in st.calls}
     assert "es_conv2d_i8" in fns and "es_conv2d_i8_fast" not in fns

@@ -1,0 +1,46 @@
+/* Runs es_conv2d_f32 (reference) and the fp32 fast path on one random conv; exit 1 if the
+ * max abs difference exceeds 1e-5 of the output's max magnitude.
+ * argv: C H W M KH KW SH SW PT PL DH DW group act seed OH OW */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "edgesmith_rt.h"
+static uint32_t s = 1;
+static float r(void) { s = s * 1664525u + 1013904223u; return (float)((s >> 8) % 20001u) / 10000.0f - 1.0f; }
+int main(int argc, char **argv) {
+    es_conv_params p; int i, hp, wpd;
+    float *x, *w, *b, *y0, *y1, *sc, err = 0.0f, mag = 0.0f;
+    size_t nx, nw, ny;
+    memset(&p, 0, sizeof p);
+    if (argc < 18) return 2;
+    p.C = atoi(argv[1]); p.H = atoi(argv[2]); p.W = atoi(argv[3]); p.M = atoi(argv[4]);
+    p.KH = atoi(argv[5]); p.KW = atoi(argv[6]); p.SH = atoi(argv[7]); p.SW = atoi(argv[8]);
+    p.PT = atoi(argv[9]); p.PL = atoi(argv[10]); p.DH = atoi(argv[11]); p.DW = atoi(argv[12]);
+    p.group = atoi(argv[13]); p.act = atoi(argv[14]); s = (uint32_t)atoi(argv[15]);
+    p.OH = atoi(argv[16]); p.OW = atoi(argv[17]); p.a0 = p.act == ES_ACT_LEAKY ? 0.1f : -0.5f;
+    p.a1 = 0.6f;
+    nx = (size_t)p.C * p.H * p.W; nw = (size_t)p.M * (p.C / p.group) * p.KH * p.KW;
+    ny = (size_t)p.M * p.OH * p.OW;
+    hp = (p.OH - 1) * p.SH + (p.KH - 1) * p.DH + 1;
+    wpd = (p.OW - 1) * p.SW + (p.KW - 1) * p.DW + 1;
+    x = malloc(4 * nx); w = malloc(4 * nw); b = malloc(4 * (size_t)p.M);
+    y0 = malloc(4 * ny); y1 = malloc(4 * ny);
+    sc = malloc(ES_F32_GEMM_SCRATCH(p.C * p.KH * p.KW) + ES_F32_DW_SCRATCH(hp, wpd));
+    for (i = 0; i < (int)nx; ++i) x[i] = r();
+    for (i = 0; i < (int)nw; ++i) w[i] = r();
+    for (i = 0; i < p.M; ++i) b[i] = r();
+    es_conv2d_f32(x, w, b, y0, &p);
+    if (p.group == 1) es_conv2d_f32_gemm(x, w, b, sc, y1, &p);
+    else if (p.group == p.C && p.M == p.C) es_dwconv2d_f32(x, w, b, sc, y1, &p);
+    else memcpy(y1, y0, 4 * ny);
+    for (i = 0; i < (int)ny; ++i) {
+        const float d = fabsf(y0[i] - y1[i]);
+        if (d > err || d != d) err = d != d ? INFINITY : d;
+        if (fabsf(y0[i]) > mag) mag = fabsf(y0[i]);
+    }
+    free(x); free(w); free(b); free(y0); free(y1); free(sc);
+    if (err > 1e-5f * (mag > 1.0f ? mag : 1.0f)) { printf("differs: %g (max %g)\n", err, mag); return 1; }
+    printf("ok %g\n", err);
+    return 0;
+}
