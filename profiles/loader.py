@@ -137,6 +137,28 @@ def _walk(node: yaml.Node, file: str, path: Key, out: Located, budget: list[int]
     return _scalar(node)
 
 
+_OPEN = (yaml.FlowSequenceStartToken, yaml.FlowMappingStartToken,
+         yaml.BlockSequenceStartToken, yaml.BlockMappingStartToken)
+_CLOSE = (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken, yaml.BlockEndToken)
+
+
+def _check_depth(text: str, file: str) -> None:
+    """Refuse absurd nesting from the flat token stream, before the recursive composer
+    spends seconds descending into it and unwinding a RecursionError."""
+    depth = 0
+    for token in yaml.scan(text, Loader=yaml.SafeLoader):
+        if isinstance(token, _OPEN):
+            depth += 1
+            if depth > MAX_DEPTH + 2:  # + the document's own mapping levels
+                raise ProfileError(
+                    f"profile nests deeper than {MAX_DEPTH} levels",
+                    where=f"{file}:{token.start_mark.line + 1}",
+                    fix="a profile is a few levels deep; check the indentation and brackets",
+                )
+        elif isinstance(token, _CLOSE):
+            depth -= 1
+
+
 def read_yaml(path: Path) -> Located:
     """Parse one YAML file into plain data with line numbers, or raise ProfileError."""
     file = str(path)
@@ -151,6 +173,7 @@ def read_yaml(path: Path) -> Located:
     except UnicodeDecodeError as e:
         raise ProfileError(f"profile is not UTF-8 text (byte {e.start})", where=file) from None
     try:
+        _check_depth(text, file)
         nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except yaml.MarkedYAMLError as e:
         # the context mark is where the broken construct starts (an unclosed '['), which is
