@@ -24,6 +24,15 @@ static float act1(float v, int act, float a0, float a1) {
     return v;
 }
 
+/* output columns [lo, hi) of [o0, o1) whose input column o*SW + dw lies in [0, W) */
+static void valid_cols(int o0, int o1, int SW, int dw, int W, int *lo, int *hi) {
+    int a = dw < 0 ? (-dw + SW - 1) / SW : 0, b = (W - 1 - dw) >= 0 ? (W - 1 - dw) / SW + 1 : 0;
+    a = a < o0 ? o0 : a;
+    b = b > o1 ? o1 : b;
+    *lo = a;
+    *hi = b < a ? a : b;
+}
+
 static void im2col_f32(const float *x, float *col, int p0, int K, const es_conv_params *p) {
     const int P = p->OH * p->OW, ksz = p->KH * p->KW;
     const int H = p->H, W = p->W, OW = p->OW, SH = p->SH, SW = p->SW;
@@ -35,13 +44,24 @@ static void im2col_f32(const float *x, float *col, int p0, int K, const es_conv_
         const float *xc = x + (size_t)c * H * W;
         const int dh = kh * p->DH - p->PT, dw = kw * p->DW - p->PL;
         int oh = p0 / OW, ow = p0 % OW;
-        for (j = 0; j < n; ++j) {
-            const int ih = oh * SH + dh, iw = ow * SW + dw;
-            dst[j] = (ih >= 0 && ih < H && iw >= 0 && iw < W) ? xc[ih * W + iw] : 0.0f;
-            if (++ow == OW) {
-                ow = 0;
-                ++oh;
+        j = 0;
+        while (j < n) {
+            const int seg = (OW - ow) < (n - j) ? (OW - ow) : (n - j);
+            const int ih = oh * SH + dh;
+            float *d = dst + j; /* d[o - ow]: output column o */
+            int o, lo, hi;
+            if (ih < 0 || ih >= H) {
+                for (o = ow; o < ow + seg; ++o) d[o - ow] = 0.0f;
+            } else {
+                const float *xr = xc + (size_t)ih * W;
+                valid_cols(ow, ow + seg, SW, dw, W, &lo, &hi);
+                for (o = ow; o < lo; ++o) d[o - ow] = 0.0f;
+                for (o = lo; o < hi; ++o) d[o - ow] = xr[o * SW + dw];
+                for (o = hi; o < ow + seg; ++o) d[o - ow] = 0.0f;
             }
+            j += seg;
+            ow = 0;
+            ++oh;
         }
         for (; j < ES_F32_TP; ++j) dst[j] = 0.0f;
     }

@@ -180,8 +180,19 @@ void es_pointwise_i8(const int8_t *x, const int32_t *wp, const int32_t *bias,
  * sums are exact; requantisation is the same es_mul_q). */
 #define ES_I8_TP 32
 
+/* output columns [lo, hi) of [o0, o1) whose input column o*SW + dw lies in [0, W) */
+static void valid_cols(int o0, int o1, int SW, int dw, int W, int *lo, int *hi) {
+    int a = dw < 0 ? (-dw + SW - 1) / SW : 0, b = (W - 1 - dw) >= 0 ? (W - 1 - dw) / SW + 1 : 0;
+    a = a < o0 ? o0 : a;
+    b = b > o1 ? o1 : b;
+    *lo = a;
+    *hi = b < a ? a : b;
+}
+
 static void im2col_i8(const int8_t *x, int16_t *col, int p0, int K, const es_conv_params *p) {
     const int P = p->OH * p->OW, ksz = p->KH * p->KW, K2 = (K + 1) / 2;
+    const int H = p->H, W = p->W, OW = p->OW, SH = p->SH, SW = p->SW;
+    const int32_t xzp = p->x_zp;
     const int n = (P - p0) < ES_I8_TP ? (P - p0) : ES_I8_TP;
     int k, j;
     for (k = 0; k < 2 * K2; ++k) {
@@ -192,18 +203,28 @@ static void im2col_i8(const int8_t *x, int16_t *col, int p0, int K, const es_con
         }
         {
             const int c = k / ksz, r = k % ksz, kh = r / p->KW, kw = r % p->KW;
-            const int8_t *xc = x + (size_t)c * p->H * p->W;
-            int oh = p0 / p->OW, ow = p0 % p->OW;
-            for (j = 0; j < n; ++j) {
-                const int ih = oh * p->SH - p->PT + kh * p->DH;
-                const int iw = ow * p->SW - p->PL + kw * p->DW;
-                dst[2 * j] = (ih >= 0 && ih < p->H && iw >= 0 && iw < p->W)
-                                 ? (int16_t)((int32_t)xc[ih * p->W + iw] - p->x_zp)
-                                 : 0;
-                if (++ow == p->OW) {
-                    ow = 0;
-                    ++oh;
+            const int8_t *xc = x + (size_t)c * H * W;
+            const int dh = kh * p->DH - p->PT, dw = kw * p->DW - p->PL;
+            int oh = p0 / OW, ow = p0 % OW;
+            j = 0;
+            while (j < n) {
+                const int seg = (OW - ow) < (n - j) ? (OW - ow) : (n - j);
+                const int ih = oh * SH + dh;
+                int16_t *d = dst + 2 * j; /* d[2 * (o - ow)]: output column o */
+                int o, lo, hi;
+                if (ih < 0 || ih >= H) {
+                    for (o = ow; o < ow + seg; ++o) d[2 * (o - ow)] = 0;
+                } else {
+                    const int8_t *xr = xc + (size_t)ih * W;
+                    valid_cols(ow, ow + seg, SW, dw, W, &lo, &hi);
+                    for (o = ow; o < lo; ++o) d[2 * (o - ow)] = 0;
+                    for (o = lo; o < hi; ++o)
+                        d[2 * (o - ow)] = (int16_t)((int32_t)xr[o * SW + dw] - xzp);
+                    for (o = hi; o < ow + seg; ++o) d[2 * (o - ow)] = 0;
                 }
+                j += seg;
+                ow = 0;
+                ++oh;
             }
             for (; j < ES_I8_TP; ++j) dst[2 * j] = 0;
         }
