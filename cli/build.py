@@ -39,22 +39,34 @@ def _show(manifest: dict, out: Path, as_json: bool) -> None:
     out_console.print(f"manifest: {out / 'manifest.json'}   report: {out / 'report.md'}")
 
 
+# options shared by `build` and `convert` (typer accepts one OptionInfo in several commands)
+DATA = typer.Option("digits", "--data", "-d", help=DATA_HELP)
+PROFILE = typer.Option("host", "--profile", "-p", help=PROFILE_HELP)
+OUT = typer.Option(..., "--out", "-o", help="build folder (replaced atomically)")
+ARCH = typer.Option(None, help="callable building the architecture of a state dict")
+TRUST = typer.Option(False, help="allow arbitrary pickles in .pt (runs code!)")
+TARGETS = typer.Option(None, "--target", "-t",
+                       help="only these targets, FORMAT[:PRECISION]; repeatable")
+NO_BUDGET = typer.Option(False, help="report budget misses instead of failing")
+FORCE = typer.Option(False, "--force", help="redo every stage; ignore the cache")
+JSON = typer.Option(False, "--json", help="print the summary as JSON on stdout")
+
+
 @app.command()
 def build(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    data: str = typer.Option("digits", "--data", "-d", help=DATA_HELP),
-    profile: str = typer.Option("host", "--profile", "-p", help=PROFILE_HELP),
-    out: Path = typer.Option(..., "--out", "-o", help="build folder (replaced atomically)"),
-    arch: str = typer.Option(None, help="callable building the architecture of a state dict"),
-    trust_pickle: bool = typer.Option(False, help="allow arbitrary pickles in .pt (runs code!)"),
-    target: list[str] = typer.Option(None, "--target", "-t",
-                                     help="only these targets, FORMAT[:PRECISION]; repeatable"),
+    data: str = DATA,
+    profile: str = PROFILE,
+    out: Path = OUT,
+    arch: str = ARCH,
+    trust_pickle: bool = TRUST,
+    target: list[str] = TARGETS,
     prune_ratio: float = typer.Option(None, help="override the profile's channel prune ratio"),
     qat: bool = typer.Option(None, "--qat/--no-qat", help="override the profile's QAT setting"),
-    no_budget: bool = typer.Option(False, help="report budget misses instead of failing"),
+    no_budget: bool = NO_BUDGET,
     seed: int = typer.Option(0, help="seed of the data split and training"),
-    force: bool = typer.Option(False, "--force", help="redo every stage; ignore the cache"),
-    as_json: bool = typer.Option(False, "--json", help="print the summary as JSON on stdout"),
+    force: bool = FORCE,
+    as_json: bool = JSON,
 ) -> None:
     """Compress (if the profile asks), export, check op compat, convert every target of
     the profile, validate each against the FP32 model, and write manifest + report.
@@ -71,17 +83,16 @@ def build(
 @app.command()
 def convert(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    data: str = typer.Option("digits", "--data", "-d", help=DATA_HELP),
-    profile: str = typer.Option("host", "--profile", "-p", help=PROFILE_HELP),
-    out: Path = typer.Option(..., "--out", "-o", help="build folder (replaced atomically)"),
-    arch: str = typer.Option(None, help="callable building the architecture of a state dict"),
-    trust_pickle: bool = typer.Option(False, help="allow arbitrary pickles in .pt (runs code!)"),
-    target: list[str] = typer.Option(None, "--target", "-t",
-                                     help="only these targets, FORMAT[:PRECISION]; repeatable"),
-    no_budget: bool = typer.Option(False, help="report budget misses instead of failing"),
+    data: str = DATA,
+    profile: str = PROFILE,
+    out: Path = OUT,
+    arch: str = ARCH,
+    trust_pickle: bool = TRUST,
+    target: list[str] = TARGETS,
+    no_budget: bool = NO_BUDGET,
     seed: int = typer.Option(0, help="seed of the data split"),
-    force: bool = typer.Option(False, "--force", help="redo every stage; ignore the cache"),
-    as_json: bool = typer.Option(False, "--json", help="print the summary as JSON on stdout"),
+    force: bool = FORCE,
+    as_json: bool = JSON,
 ) -> None:
     """Like `build` without compression: export, compat check, convert, validate.
 
