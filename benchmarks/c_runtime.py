@@ -76,20 +76,24 @@ def _litert_latency(model: Path, runs: int) -> float:
 
 def _tflm_arena(it) -> dict:
     """TFLM's RecordingMicroAllocator figures, parsed from print_allocations() (it writes
-    to the C++ stdout, so fd 1 is redirected around the call)."""
+    from C++ to fd 1/2, so both are redirected into a pipe around the call)."""
     import os
     import re
 
     sys.stdout.flush()
+    sys.stderr.flush()
     r, w = os.pipe()
-    saved = os.dup(1)
+    saved = [os.dup(1), os.dup(2)]
     os.dup2(w, 1)
+    os.dup2(w, 2)
     try:
         it.print_allocations()
     finally:
-        os.dup2(saved, 1)
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
         os.close(w)
-        os.close(saved)
+        for fd in saved:
+            os.close(fd)
     text = b""
     while chunk := os.read(r, 65536):
         text += chunk

@@ -323,7 +323,7 @@ def conv_i8(L: Lowerer, node) -> bool:
         # im2col tiles + a 4x16 register-blocked GEMM; weights packed as int16 pairs over
         # C*KH*KW for madd / vmlal; scratch = one int16 im2col tile (ES_I8_GEMM_SCRATCH)
         fn, wt = "es_conv2d_i8_gemm", L.const_tensor(node.name + "_wp", pack_pairs(w), "i32")
-        scratch = 4 * 32 * ((c * kk[0] * kk[1] + 1) // 2)
+        scratch = 4 * 16 * ((c * kk[0] * kk[1] + 1) // 2)
     elif group == c == m:
         # depthwise: per-channel zero-padded int16 plane, unit-stride tap loops
         fn, wt = "es_dwconv2d_i8", L.const_tensor(node.name + "_w", w, "i8")

@@ -176,7 +176,7 @@ void es_pointwise_i8(const int8_t *x, const int32_t *wp, const int32_t *bias,
                      const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
                      const es_conv_params *p);
 /* one-group conv as im2col + blocked GEMM; wp = int16 pairs of w.reshape(M, C*KH*KW) */
-#define ES_I8_GEMM_SCRATCH(K) (4u * 32u * (((unsigned)(K) + 1u) / 2u))
+#define ES_I8_GEMM_SCRATCH(K) (4u * 16u * (((unsigned)(K) + 1u) / 2u))
 void es_conv2d_i8_gemm(const int8_t *x, const int32_t *wp, const int32_t *bias,
                        const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
                        const es_conv_params *p);

@@ -178,7 +178,7 @@ void es_pointwise_i8(const int8_t *x, const int32_t *wp, const int32_t *bias,
  * pixels of int32 accumulators in registers. wp: pack_pairs(w.reshape(M, C*KH*KW)).
  * Scratch: ES_I8_GEMM_SCRATCH(C*KH*KW) bytes. Bit-identical to es_conv2d_i8 (integer
  * sums are exact; requantisation is the same es_mul_q). */
-#define ES_I8_TP 32
+#define ES_I8_TP 16
 
 /* output columns [lo, hi) of [o0, o1) whose input column o*SW + dw lies in [0, W) */
 static void valid_cols(int o0, int o1, int SW, int dw, int W, int *lo, int *hi) {
