@@ -18,8 +18,10 @@ and its spec (inputs, outputs, op types, quantization ops) lands in ``artifact.m
 from __future__ import annotations
 
 import contextlib
+import json
 import platform
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any, Literal
 
@@ -124,6 +126,7 @@ class CoreMLTarget(Target):
             if out.exists():
                 shutil.rmtree(out)
             _stage(ctx, "save", lambda: model.save(str(out)))
+            _stage(ctx, "deterministic spec", lambda: _reserialize_deterministically(out))
         meta["spec"] = _stage(ctx, "spec check", lambda: check_spec(out, shape, precision,
                                                                      opts.int8_mode))
         ctx.log(f"coreml {precision}: {out} spec={meta['spec']}")
@@ -292,3 +295,24 @@ def _captured(ctx: ConvertContext):
             yield
         finally:
             lg.removeHandler(handler)
+
+
+def _reserialize_deterministically(package: Path) -> None:
+    """coremltools writes the spec's metadata map in hash order, so two conversions of one
+    model differ byte for byte; protobuf's deterministic mode sorts map keys. Same spec,
+    same bytes: the artifact's sha256 becomes reproducible."""
+    from coremltools.proto import Model_pb2
+
+    path = Path(package) / "Data" / "com.apple.CoreML" / "model.mlmodel"
+    spec = Model_pb2.Model()
+    spec.ParseFromString(path.read_bytes())
+    path.write_bytes(spec.SerializeToString(deterministic=True))
+    # the package manifest keys its items by random UUIDs; name each after its path instead
+    manifest = Path(package) / "Manifest.json"
+    doc = json.loads(manifest.read_text())
+    renamed = {old: str(uuid.uuid5(uuid.NAMESPACE_URL, item.get("path", old)))
+               for old, item in doc.get("itemInfoEntries", {}).items()}
+    doc["itemInfoEntries"] = {renamed[k]: v for k, v in doc["itemInfoEntries"].items()}
+    if doc.get("rootModelIdentifier") in renamed:
+        doc["rootModelIdentifier"] = renamed[doc["rootModelIdentifier"]]
+    manifest.write_text(json.dumps(doc, indent=4, sort_keys=True) + "\n")

@@ -76,6 +76,7 @@ class OpenVINOTarget(Target):
                 meta["calibration"] = ctx.calib.summary()
             else:
                 meta["source"] = "optimized export"
+            _stable_names(model)
             _stage(ctx, "save", lambda: ov.save_model(model, str(xml),
                                                       compress_to_fp16=precision == "fp16"))
         meta.update(_describe(xml))
@@ -182,13 +183,27 @@ def _describe(xml: Path) -> dict[str, Any]:
 
 
 def _ir_artifact(xml: Path, precision: str, meta: dict[str, Any]) -> Artifact:
-    """The artifact is both files: size and hash cover the weights as well as the graph."""
-    import hashlib
-
+    """The artifact is both files: size and hash cover the weights as well as the graph,
+    so the hash is the folder's (``sha256_of`` says so in the manifest)."""
     from edgesmith.pipeline.artifact import sha256_path
 
     files = [xml, xml.with_suffix(".bin")]
-    digest = hashlib.sha256("".join(sha256_path(f) for f in files).encode()).hexdigest()
     meta = {**meta, "size_bytes": sum(f.stat().st_size for f in files),
-            "weights_bytes": files[1].stat().st_size, "files": [f.name for f in files]}
-    return Artifact(path=xml, format=FORMAT, precision=precision, sha256=digest, meta=meta)
+            "weights_bytes": files[1].stat().st_size, "files": [f.name for f in files],
+            "sha256_of": "folder"}
+    return Artifact(path=xml, format=FORMAT, precision=precision,
+                    sha256=sha256_path(xml.parent), meta=meta)
+
+
+def _stable_names(model) -> None:
+    """OpenVINO names the nodes it creates (``Constant_6975``) from a process-wide counter,
+    so the same conversion run twice in one process writes different XML. Renumber those
+    auto-generated names by graph order; names that came from the ONNX model are kept."""
+    import re
+
+    for i, op in enumerate(model.get_ordered_ops()):
+        # "<Type>_<n>", also for a folded node that kept its old type's name (Reshape_15
+        # on a Const); ONNX names carry '/' or '::' and never match
+        auto = re.fullmatch(r"([A-Za-z][A-Za-z0-9]*)_\d+", op.get_friendly_name())
+        if auto:
+            op.set_friendly_name(f"{auto.group(1)}_{i}")

@@ -104,9 +104,13 @@ class TargetResult:
             d["message"] = self.message
         if self.artifact is not None:
             target = registry.get(self.spec.format.value)
+            covered = (self.artifact.path.parent if self.artifact.meta.get("sha256_of") ==
+                       "folder" else self.artifact.path)
             d.update({
                 "path": self.artifact.path.relative_to(root).as_posix(),
-                "sha256": self.artifact.sha256, "size_bytes": self.artifact.size_bytes,
+                "sha256": self.artifact.sha256,
+                "sha256_of": covered.relative_to(root).as_posix(),
+                "size_bytes": self.artifact.size_bytes,
                 "bench": target.device_bench_spec(self.artifact),
                 "meta": {k: v for k, v in self.artifact.meta.items() if k != "size_bytes"},
             })

@@ -51,7 +51,7 @@ def test_manifest_records_what_reproduces_the_build(built):
     opt = manifest["stages"]["optimize"]
     assert opt["parity_max_abs_err"] <= opt["parity_tolerance"] == 1e-5
     for t in manifest["targets"]:
-        assert sha256_path(out / t["path"]) == t["sha256"]
+        assert sha256_path(out / t["sha256_of"]) == t["sha256"]
 
 
 def test_bench_data_is_what_the_reference_saw(built):
