@@ -17,7 +17,7 @@ APT_PACKAGES := gcc make openssh-server openssh-client gcc-aarch64-linux-gnu \
 APT_BINARIES := gcc make sshd ssh-keygen aarch64-linux-gnu-gcc qemu-aarch64 \
 	arm-none-eabi-gcc arm-none-eabi-size valgrind
 
-.PHONY: setup system-deps demo test test-all lint clean
+.PHONY: setup system-deps demo test test-all lint bench clean
 
 setup: system-deps $(STAMP)
 
@@ -55,6 +55,14 @@ test: setup
 
 test-all: setup
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# side-by-side benchmarks against peer runtimes; each prints JSON (not part of make test)
+bench: setup examples/digits/digits.pt
+	$(PIP) install -q -e '.[all,bench]' $(TORCH)
+	$(PY) benchmarks/compress_digits.py
+	$(PY) benchmarks/convert_digits.py
+	$(PY) benchmarks/c_runtime.py
+	$(PY) benchmarks/ssh_overhead.py
 
 lint: setup
 	$(VENV)/bin/ruff check .
