@@ -67,14 +67,24 @@ def _input_hashes(req: BuildRequest, profile_path: Path, splits) -> dict[str, st
     return hashes
 
 
-def _compress(req: BuildRequest, loaded, splits, profile, root: Path, events: Events):
-    """Run compress/ when the profile (or the CLI) asks; return (model, qdq_onnx, section)."""
+def _compress(req: BuildRequest, loaded, splits, profile, root: Path, events: Events,
+              specs: list[Any], work_dir: Path):
+    """Run compress/ when the profile (or the CLI) asks; return (model, qdq_onnx, section).
+    The op-compat report runs first on the uncompressed model: pruning and QAT do not
+    change which ops the model uses, and minutes of fine-tuning should not precede a
+    "this target cannot express node X" that was knowable up front."""
     c = profile.compress
     wanted = req.compress if req.compress is not None else (
         c.prune.enabled or c.qat.enabled or req.prune_ratio is not None or bool(req.qat))
     if not wanted or loaded.torch_model is None:
         return loaded.torch_model, None, None
     from edgesmith.compress.stage import run_compress
+    from edgesmith.convert import compat, export
+
+    with events.stage("compat", "before compressing: every node x every target"):
+        pre = export.export_onnx(loaded.torch_model, splits.spec.batch_shape(1),
+                                 work_dir / "precheck.onnx")
+        compat.check(pre, specs).raise_for_unsupported()
 
     result = run_compress(loaded.torch_model, splits, profile, root / "compress",
                           prune_ratio=req.prune_ratio, qat=req.qat, no_budget=req.no_budget,
@@ -99,7 +109,8 @@ def run(req: BuildRequest, events: Events | None = None) -> dict[str, Any]:
     with outdir.staging(req.out, on_wait=events.warn) as root, \
             tempfile.TemporaryDirectory(prefix="edgesmith-work-") as work:
         work_dir = Path(work)
-        model, qdq_onnx, compress_section = _compress(req, loaded, splits, profile, root, events)
+        model, qdq_onnx, compress_section = _compress(
+            req, loaded, splits, profile, root, events, [spec for spec, _ in resolved], work_dir)
         reference_doc = {"source": ref.source, "accuracy": ref.accuracy}
         if compress_section is not None:
             # parity is judged against the compressed model (what the converters were given);

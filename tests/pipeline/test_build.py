@@ -91,7 +91,9 @@ def test_onnx_model_input_builds(cli, built, tmp_path):
 # -- bad input: exit 2, one clear message, nothing half-written --------------------------
 
 def _no_output(path):
-    return not path.exists() and not list(path.parent.glob(f".{path.name}.*"))
+    """Nothing published and no staging left; the lock file may stay (flock needs it)."""
+    leftovers = [p for p in path.parent.glob(f".{path.name}.*") if p.suffix != ".lock"]
+    return not path.exists() and not leftovers
 
 
 def test_missing_model_file(cli, tmp_path):
@@ -173,3 +175,18 @@ def test_build_runs_compression_first_when_asked(cli, digits_ckpt, tmp_path):
     assert t["reference_accuracy"] == m["reference"]["accuracy"]
     assert abs(t["accuracy_drop"] - 100 * (m["reference"]["accuracy"] - t["accuracy"])) < 1e-3
     assert (tmp_path / "o" / "compress" / "model.onnx").exists()
+
+
+def test_unsupported_op_stops_the_build_before_compression(cli, tmp_path):
+    (tmp_path / "gelu.py").write_text(
+        "import torch\nfrom torch import nn\n"
+        "def build():\n"
+        "    torch.manual_seed(0)\n"
+        "    return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.GELU(),\n"
+        "                         nn.Flatten(), nn.Linear(8 * 64, 10)).eval()\n")
+    r = cli("build", f"{tmp_path}/gelu.py:build", "--out", tmp_path / "o",
+            "--prune-ratio", "0.3", "-t", "tflite:fp32")
+    assert r.code == 4, r.err
+    assert "(Erf) -> tflite-fp32" in r.err
+    assert "finetune" not in r.err and "prune" not in r.err  # nothing was trained
+    assert _no_output(tmp_path / "o")
