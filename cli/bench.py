@@ -91,6 +91,14 @@ def bench_command(
                                     help="devices benched at once (default: the fleet "
                                          "file's, else 4)"),
     keep: bool = typer.Option(False, "--keep", help="keep the work dir on the device"),
+    prebuilt_c: bool = typer.Option(None, "--prebuilt-c/--no-prebuilt-c",
+                                    help="C targets: upload edgesmith_bench built here with "
+                                         "the profile's cross_cc (else cc) instead of the "
+                                         "sources; default: when the profile or manifest "
+                                         "names a cross_cc"),
+    exec_wrapper: str = typer.Option(None, "--exec-wrapper",
+                                     help="run the C binary on the device under this command,"
+                                          " e.g. \"qemu-aarch64 -L /usr/aarch64-linux-gnu\""),
     as_json: bool = typer.Option(False, "--json", help="print the results as JSON"),
 ) -> None:
     """Run a build's targets on a device (or a fleet, or here) and merge the figures into
@@ -103,7 +111,8 @@ def bench_command(
                   TimeElapsedColumn(), console=err_console, transient=as_json) as progress:
         run = bench(build_dir, devices, runs=runs, warmup=warmup, keep=keep,
                     concurrency=concurrency or file_concurrency,
-                    events=_RichBenchEvents(progress))
+                    events=_RichBenchEvents(progress), prebuilt_c=prebuilt_c,
+                    exec_wrapper=exec_wrapper)
     if as_json:
         out_console.print_json(json.dumps(run.to_json(), default=str))
     else:

@@ -15,6 +15,10 @@ import contextlib
 import fcntl
 import json
 import re
+import shlex
+import shutil
+import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -95,6 +99,8 @@ class BenchTarget:
     files: list[str]
     model: str  # relative to folder ("." for a C source folder)
     weights: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)  # the manifest's target meta
+    prebuilt: dict[str, Any] | None = None  # C: a binary built here ({cc, cflags}), no make
 
 
 @dataclass
@@ -175,7 +181,7 @@ def _bench_target(root: Path, name: str, t: dict[str, Any]) -> BenchTarget:
             (f for f in files if f.endswith(MODEL_SUFFIXES.get(fmt, ()))),
             path.name if path.is_file() else files[0])
     return BenchTarget(name, fmt, spec.get("precision") or t.get("precision", "fp32"), folder,
-                       files, model, spec.get("weights"))
+                       files, model, spec.get("weights"), dict(t.get("meta") or {}))
 
 
 # -- progress ------------------------------------------------------------------------------------
@@ -195,6 +201,93 @@ class BenchEvents:
         pass
 
 
+# -- C binaries built here (cross-compiled per the profile) ----------------------------------
+def _c_options(device: Device, build: Build, target: BenchTarget) -> dict[str, Any]:
+    """The c target's compiler options: the device's (else the build's) profile entry for
+    this target, over the manifest's meta."""
+    opts = {k: target.meta.get(k) for k in ("cc", "cflags", "cross_cc", "cross_cflags")}
+    profile = device.profile or build.profile
+    for spec in (profile.targets if profile is not None else []):
+        if spec.name == target.name:
+            opts.update({k: v for k, v in spec.options.items() if k in opts})
+    return opts
+
+
+def wants_prebuilt(device: Device, build: Build, target: BenchTarget,
+                   prebuilt_c: bool | None) -> bool:
+    """``--prebuilt-c`` forces it, ``--no-prebuilt-c`` refuses it; by default a C target
+    whose profile or manifest names a ``cross_cc`` is cross-compiled here."""
+    if target.format != "c":
+        return False
+    if prebuilt_c is not None:
+        return prebuilt_c
+    return bool(_c_options(device, build, target).get("cross_cc"))
+
+
+def _compile_here(target: BenchTarget, cc: str, cflags: str | None, out: Path) -> None:
+    from edgesmith.targets import run as c_run
+
+    words = shlex.split(cc) if cc else []
+    if not words or shutil.which(words[0]) is None:
+        raise UsageError(
+            f"target {target.name}: C compiler {cc!r} for the device binary is not on this "
+            "machine's PATH",
+            where="cross_cc" if target.meta.get("cross_cc") == cc else "cc",
+            fix=f"install {words[0] if words else 'it'} (e.g. apt-get install "
+                "gcc-aarch64-linux-gnu for aarch64-linux-gnu-gcc), fix cross_cc in the "
+                "profile's c target options, or pass --no-prebuilt-c to build on the device")
+    shutil.copytree(target.folder, out)
+    try:
+        c_run.build(out, cc=cc, cflags=cflags, target="edgesmith_bench")
+    except EdgesmithError as e:
+        raise DeviceError(
+            f"target {target.name}: building edgesmith_bench with {cc!r} failed: {e.what}",
+            where=str(target.folder),
+            fix="check the compiler and cross_cflags in the profile's c target options, or "
+                "pass --no-prebuilt-c to build on the device") from None
+    except (OSError, subprocess.SubprocessError) as e:
+        raise DeviceError(f"target {target.name}: cannot run make with {cc!r}: {e}",
+                          where=str(target.folder),
+                          fix="install make here, or pass --no-prebuilt-c") from None
+
+
+def _default_cross_cflags() -> str:
+    from edgesmith.targets.c_target import COptions
+
+    return COptions.model_fields["cross_cflags"].default
+
+
+def prebuild_c(build: Build, devices: list[Device], prebuilt_c: bool | None,
+               scratch: Path) -> dict[str, list[BenchTarget]]:
+    """Each device's target list, with C targets replaced by a binary built here when
+    asked for (one build per distinct compiler + flags, shared by the devices)."""
+    done: dict[tuple[str, str, str | None], BenchTarget] = {}
+    out: dict[str, list[BenchTarget]] = {}
+    for device in devices:
+        targets = []
+        for t in build.targets:
+            if not wants_prebuilt(device, build, t, prebuilt_c):
+                targets.append(t)
+                continue
+            o = _c_options(device, build, t)
+            if o.get("cross_cc"):  # host cflags (-march=native...) do not fit a cross build
+                cc, cflags = o["cross_cc"], o.get("cross_cflags") or _default_cross_cflags()
+            else:
+                cc, cflags = o.get("cc") or "cc", o.get("cflags")
+            key = (t.name, cc, cflags)
+            if key not in done:
+                folder = scratch / f"{t.name}-{len(done)}"
+                _compile_here(t, cc, cflags, folder)
+                files = ["edgesmith_bench"] + (
+                    [t.weights or "weights.bin"]
+                    if (folder / (t.weights or "weights.bin")).is_file() else [])
+                done[key] = BenchTarget(t.name, t.format, t.precision, folder, files, ".",
+                                        t.weights, t.meta, {"cc": cc, "cflags": cflags})
+            targets.append(done[key])
+        out[device.name] = targets
+    return out
+
+
 # -- one device --------------------------------------------------------------------------------
 def _threads(device: Device, build: Build, target: BenchTarget) -> int:
     profile = device.profile or build.profile
@@ -211,10 +304,10 @@ def _budget_ms(device: Device, build: Build) -> float | None:
     return profile.budgets.latency_ms if profile is not None else None
 
 
-def _uploads(build: Build) -> list[tuple[Path, str]]:
+def _uploads(build: Build, targets: list[BenchTarget]) -> list[tuple[Path, str]]:
     items = [(REMOTE_SCRIPT, REMOTE_NAME), (build.input, "data/bench_input.npy"),
              (build.reference, "data/bench_reference.npy")]
-    for t in build.targets:
+    for t in targets:
         items += [(t.folder / f, f"targets/{t.name}/{f}") for f in t.files]
     return items
 
@@ -247,8 +340,12 @@ def _error_dict(e: EdgesmithError) -> dict[str, Any]:
 
 class _DeviceRun:
     def __init__(self, build: Build, device: Device, transport: Transport, runs: int,
-                 warmup: int, keep: bool, events: BenchEvents):
+                 warmup: int, keep: bool, events: BenchEvents,
+                 targets: list[BenchTarget] | None = None,
+                 exec_wrapper: list[str] | None = None):
         self.build, self.device, self.t = build, device, transport
+        self.targets = build.targets if targets is None else targets
+        self.exec_wrapper = list(exec_wrapper or [])
         self.runs, self.warmup, self.keep, self.events = runs, warmup, keep, events
         self.timeout = device.ssh.command_timeout_s if device.ssh else LOCAL_TIMEOUT_S
         self.out = build.root / "bench" / device.file_name
@@ -267,7 +364,7 @@ class _DeviceRun:
     async def run(self) -> dict[str, Any]:
         t_start = time.perf_counter()
         name = self.device.name
-        self.events.device_start(name, 3 + len(self.build.targets))
+        self.events.device_start(name, 3 + len(self.targets))
         opened = cancelled = False
         try:
             t0 = time.perf_counter()
@@ -278,7 +375,7 @@ class _DeviceRun:
             self.events.device_step(name, "connected")
             await self._upload()
             self.events.device_step(name, "uploaded")
-            for target in self.build.targets:
+            for target in self.targets:
                 r = await self._bench(target)
                 self.result["targets"].append(r)
                 self.save()
@@ -325,7 +422,7 @@ class _DeviceRun:
 
     async def _upload(self) -> None:
         t0 = time.perf_counter()
-        items = _uploads(self.build)
+        items = _uploads(self.build, self.targets)
         index = _file_index(items)
         total = 0
         for local, rel in items:
@@ -366,6 +463,11 @@ class _DeviceRun:
                 "--timeout", f"{self.timeout:g}"]
         if target.weights:
             argv += ["--weights", target.weights]
+        if target.prebuilt:
+            argv.append("--prebuilt")
+        if target.format == "c":
+            for word in self.exec_wrapper:
+                argv.append(f"--exec-wrapper={word}")  # a word starting with '-' stays a value
         r = await self.t.run(argv, timeout=self.timeout + GRACE_S)
         doc = _parse_json(r.stdout)
         if doc is None:
@@ -376,6 +478,8 @@ class _DeviceRun:
                     "latency_ms": None, "peak_rss_mb": None}
         doc["name"] = target.name
         doc["wall_s"] = r.seconds
+        if target.prebuilt:
+            doc["prebuilt"] = {"built": "here", **target.prebuilt}
         return doc
 
 
@@ -473,8 +577,13 @@ class BenchRun:
 async def bench_devices(build: Build, devices: list[Device], *, runs: int, warmup: int,
                         keep: bool, concurrency: int, events: BenchEvents,
                         connect_attempts: int | None = None,
-                        backoff_s: float | None = None) -> dict[str, dict[str, Any]]:
-    """Bench every device with at most ``concurrency`` at once; failures stay isolated."""
+                        backoff_s: float | None = None, prebuilt_c: bool | None = None,
+                        exec_wrapper: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Bench every device with at most ``concurrency`` at once; failures stay isolated.
+
+    C targets that are to run as a binary built here (``prebuilt_c``, or a ``cross_cc`` in
+    the profile) are compiled before any device is contacted: a compiler problem is one
+    clear error, not one per device."""
     names = [d.name for d in devices]
     dupes = {n for n in names if names.count(n) > 1}
     if dupes:
@@ -487,31 +596,50 @@ async def bench_devices(build: Build, devices: list[Device], *, runs: int, warmu
     if backoff_s is not None:
         extra["backoff_s"] = backoff_s
 
-    async def one(device: Device) -> dict[str, Any]:
-        async with gate:
-            transport = SshTransport(device.ssh, **extra) if device.ssh else LocalTransport()
-            result = await _DeviceRun(build, device, transport, runs, warmup, keep,
-                                      events).run()
-            merge_into_manifest(build.root, {device.name: result})
-            return result
+    with tempfile.TemporaryDirectory(prefix="edgesmith-prebuilt-") as scratch:
+        per_device = await asyncio.to_thread(prebuild_c, build, devices, prebuilt_c,
+                                             Path(scratch))
 
-    results = await asyncio.gather(*(one(d) for d in devices))
+        async def one(device: Device) -> dict[str, Any]:
+            async with gate:
+                transport = (SshTransport(device.ssh, **extra) if device.ssh
+                             else LocalTransport())
+                result = await _DeviceRun(build, device, transport, runs, warmup, keep,
+                                          events, per_device[device.name],
+                                          exec_wrapper).run()
+                merge_into_manifest(build.root, {device.name: result})
+                return result
+
+        results = await asyncio.gather(*(one(d) for d in devices))
     return {d.name: r for d, r in zip(devices, results, strict=True)}
 
 
 def bench(build_dir: Path, devices: list[Device], *, runs: int = DEFAULT_RUNS,
           warmup: int = DEFAULT_WARMUP, keep: bool = False, concurrency: int = 4,
           events: BenchEvents | None = None, connect_attempts: int | None = None,
-          backoff_s: float | None = None) -> BenchRun:
+          backoff_s: float | None = None, prebuilt_c: bool | None = None,
+          exec_wrapper: str | list[str] | None = None) -> BenchRun:
     """Bench a build on ``devices``; returns the results. Call ``raise_for_status()`` to
-    turn device failures into DeviceError (exit 5) and budget misses into BudgetError (3)."""
+    turn device failures into DeviceError (exit 5) and budget misses into BudgetError (3).
+
+    ``prebuilt_c``: True uploads a C binary built here (``cross_cc``/``cross_cflags`` from
+    the profile, else ``cc``/``cflags``) instead of the sources; False always builds on the
+    device; None (default) prebuilds where the profile or manifest names a ``cross_cc``.
+    ``exec_wrapper`` (a command line, split like a shell would, or a list of words) runs the
+    C binary under e.g. ``qemu-aarch64 -L /usr/aarch64-linux-gnu``."""
     if runs < 1 or warmup < 0:
         raise UsageError("--runs must be at least 1 and --warmup at least 0")
     if not devices:
         raise UsageError("no device to bench", fix="pass --local, --host, --device or --fleet")
+    if isinstance(exec_wrapper, str):
+        try:
+            exec_wrapper = shlex.split(exec_wrapper)
+        except ValueError as e:
+            raise UsageError(f"--exec-wrapper {exec_wrapper!r}: {e}",
+                             fix="quote it like a shell command line") from None
     build = load_build(build_dir)
     results = asyncio.run(bench_devices(
         build, devices, runs=runs, warmup=warmup, keep=keep, concurrency=concurrency,
         events=events or BenchEvents(), connect_attempts=connect_attempts,
-        backoff_s=backoff_s))
+        backoff_s=backoff_s, prebuilt_c=prebuilt_c, exec_wrapper=exec_wrapper or None))
     return BenchRun(Path(build_dir), results)

@@ -480,7 +480,12 @@ def bench_c(args, result, samples, sample_shape, references, deadline):
     t0 = time.perf_counter()
     folder = os.path.abspath(args.model)
     exe = os.path.join(folder, "edgesmith_bench")
-    if os.path.exists(os.path.join(folder, "Makefile")):
+    if args.prebuilt:  # a binary built on the host (cross-compiled): never run make here
+        if not os.path.isfile(exe):
+            raise RuntimeError(f"--prebuilt, but no edgesmith_bench was uploaded to {folder}")
+        os.chmod(exe, 0o755)  # SFTP does not carry the execute bit
+        result["prebuilt"] = True
+    elif os.path.exists(os.path.join(folder, "Makefile")):
         if shutil.which("make") is None:
             if not os.access(exe, os.X_OK):
                 raise Missing(PACKAGES["c"])
@@ -499,7 +504,10 @@ def bench_c(args, result, samples, sample_shape, references, deadline):
     result["runtime"] = {"name": "edgesmith C runtime", "version": None}
     weights = args.weights or ("weights.bin" if os.path.exists(
         os.path.join(folder, "weights.bin")) else None)
-    base = [exe] + (["--weights", os.path.join(folder, weights)] if weights else [])
+    base = list(args.exec_wrapper or []) + [exe] + (
+        ["--weights", os.path.join(folder, weights)] if weights else [])
+    if args.exec_wrapper:
+        result["exec_wrapper"] = list(args.exec_wrapper)
     in_raw, out_raw = os.path.join(folder, ".in.raw"), os.path.join(folder, ".out.raw")
     outputs = []
     for s in samples:
@@ -652,6 +660,11 @@ def parse(argv):
     b.add_argument("--threads", type=int, default=0)
     b.add_argument("--timeout", type=float, default=600.0)
     b.add_argument("--energy-root", default="/sys/class/powercap")
+    b.add_argument("--prebuilt", action="store_true",
+                   help="C: run the uploaded edgesmith_bench as is (no make)")
+    b.add_argument("--exec-wrapper", action="append", default=[], metavar="WORD",
+                   help="C: run edgesmith_bench under this command (one word per flag), "
+                        "e.g. qemu-aarch64")
     args = p.parse_args(argv)
     if args.command is None:
         p.error("give a command: verify or bench")
