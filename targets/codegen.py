@@ -24,7 +24,8 @@ from .ir import Graph, Ref
 from .planner import Plan
 
 RUNTIME = Path(__file__).parent / "runtime"
-CORE_SOURCES = ["edgesmith_rt.h", "es_runtime.c", "es_power.h", "es_power.c", "bench_main.c"]
+CORE_SOURCES = ["edgesmith_rt.h", "es_simd.h", "es_runtime.c", "es_power.h", "es_power.c",
+                "bench_main.c"]
 
 
 @dataclass

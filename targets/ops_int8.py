@@ -321,9 +321,10 @@ def conv_i8(L: Lowerer, node) -> bool:
         fn, wt, scratch = "es_conv2d_i8", L.const_tensor(node.name + "_w", w, "i8"), 4 * plane
     elif group == 1:
         # im2col tiles + a 4x16 register-blocked GEMM; weights packed as int16 pairs over
-        # C*KH*KW for madd / vmlal; scratch = one int16 im2col tile (ES_I8_GEMM_SCRATCH)
+        # C*KH*KW for madd / vmlal; scratch = one int16 im2col tile of KB2 pairs, plus int32
+        # partial sums [M][16] when the reduction is blocked (ES_I8_GEMM_SCRATCH)
         fn, wt = "es_conv2d_i8_gemm", L.const_tensor(node.name + "_wp", pack_pairs(w), "i32")
-        scratch = 4 * 16 * ((c * kk[0] * kk[1] + 1) // 2)
+        scratch = gemm_i8_scratch(c * kk[0] * kk[1], m)
     elif group == c == m:
         # depthwise: per-channel zero-padded int16 plane, unit-stride tap loops
         fn, wt = "es_dwconv2d_i8", L.const_tensor(node.name + "_w", w, "i8")
@@ -379,6 +380,13 @@ def fc_i8(L: Lowerer, node) -> bool:
         tx.zero_point, zp_y, qmin, qmax])])
     _finish(L, qnode, act, y, oshape)
     return True
+
+
+def gemm_i8_scratch(k: int, m: int) -> int:
+    """Bytes of es_conv2d_i8_gemm scratch; mirrors ES_I8_GEMM_KB2 / ES_I8_GEMM_SCRATCH."""
+    k2 = (k + 1) // 2
+    kb2 = 64 if k2 > 64 and 64 + m < k2 else k2
+    return 64 * kb2 + (64 * m if kb2 < k2 else 0)
 
 
 def add_i8(L: Lowerer, node) -> bool:

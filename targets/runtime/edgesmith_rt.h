@@ -176,7 +176,12 @@ void es_pointwise_i8(const int8_t *x, const int32_t *wp, const int32_t *bias,
                      const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
                      const es_conv_params *p);
 /* one-group conv as im2col + blocked GEMM; wp = int16 pairs of w.reshape(M, C*KH*KW) */
-#define ES_I8_GEMM_SCRATCH(K) (4u * 16u * (((unsigned)(K) + 1u) / 2u))
+/* pairs per reduction block: all K2 when short, else 64 pairs (128 taps) with an int32
+ * [M][16] partial-sum buffer, whichever scratch is smaller (same rule in ops_int8.py) */
+#define ES_I8_GEMM_KB2(K2, M) (((K2) > 64 && 64 + (M) < (K2)) ? 64 : (K2))
+#define ES_I8_GEMM_SCRATCH(K, M)                                                          \
+    (64u * (unsigned)ES_I8_GEMM_KB2(((K) + 1) / 2, (M)) +                                 \
+     (ES_I8_GEMM_KB2(((K) + 1) / 2, (M)) < ((K) + 1) / 2 ? 64u * (unsigned)(M) : 0u))
 void es_conv2d_i8_gemm(const int8_t *x, const int32_t *wp, const int32_t *bias,
                        const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
                        const es_conv_params *p);

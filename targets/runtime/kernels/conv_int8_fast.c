@@ -12,6 +12,7 @@
  * _mm256_madd_epi16; NEON uses widening multiply-accumulate; the portable loop is the
  * fallback. Scratch (from the arena): int16 input copy, then int32 accumulators. */
 #include "../edgesmith_rt.h"
+#include "../es_simd.h"
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -176,8 +177,11 @@ void es_pointwise_i8(const int8_t *x, const int32_t *wp, const int32_t *bias,
  * (col[k2][j] = (x_k=2k2, x_k=2k2+1) at pixel j), so one 256-bit load feeds
  * _mm256_madd_epi16 for 8 pixels x 2 taps. The micro-kernel keeps 4 output channels x 16
  * pixels of int32 accumulators in registers. wp: pack_pairs(w.reshape(M, C*KH*KW)).
- * Scratch: ES_I8_GEMM_SCRATCH(C*KH*KW) bytes. Bit-identical to es_conv2d_i8 (integer
- * sums are exact; requantisation is the same es_mul_q). */
+ * When K2 = ceil(K/2) pairs is long, the reduction is blocked: the tile holds only
+ * ES_I8_GEMM_KB2(K2, M) pairs at a time and the partial sums of all M channels x 16 pixels
+ * are carried between blocks in an int32 buffer after the tile (int32 addition is exact,
+ * so the result is the same). Scratch: ES_I8_GEMM_SCRATCH(K, M) bytes. Bit-identical to
+ * es_conv2d_i8 (integer sums are exact; requantisation is the same es_mul_q). */
 #define ES_I8_TP 16
 
 /* output columns [lo, hi) of [o0, o1) whose input column o*SW + dw lies in [0, W) */
@@ -189,14 +193,16 @@ static void valid_cols(int o0, int o1, int SW, int dw, int W, int *lo, int *hi) 
     *hi = b < a ? a : b;
 }
 
-static void im2col_i8(const int8_t *x, int16_t *col, int p0, int K, const es_conv_params *p) {
-    const int P = p->OH * p->OW, ksz = p->KH * p->KW, K2 = (K + 1) / 2;
+/* rows k of [2 * k2b, 2 * k2e) of the tile at output pixel p0 (rows k >= K are zero) */
+static void im2col_i8(const int8_t *x, int16_t *col, int p0, int K, int k2b, int k2e,
+                      const es_conv_params *p) {
+    const int P = p->OH * p->OW, ksz = p->KH * p->KW;
     const int H = p->H, W = p->W, OW = p->OW, SH = p->SH, SW = p->SW;
     const int32_t xzp = p->x_zp;
     const int n = (P - p0) < ES_I8_TP ? (P - p0) : ES_I8_TP;
     int k, j;
-    for (k = 0; k < 2 * K2; ++k) {
-        int16_t *dst = col + (k & 1) + (size_t)(k >> 1) * ES_I8_TP * 2;
+    for (k = 2 * k2b; k < 2 * k2e; ++k) {
+        int16_t *dst = col + (k & 1) + (size_t)((k >> 1) - k2b) * ES_I8_TP * 2;
         if (k >= K) {
             for (j = 0; j < ES_I8_TP; ++j) dst[2 * j] = 0;
             continue;
@@ -231,14 +237,15 @@ static void im2col_i8(const int8_t *x, int16_t *col, int p0, int K, const es_con
     }
 }
 
-/* acc[r][j] = bias + sum_k2 pair-dot(w_r[k2], col[k2][j0 + j]), r < 4, j < 16 */
+/* acc[r][j] += sum_k2 pair-dot(w_r[k2], col[k2][j]), r < 4, j < 16 (rows distinct) */
 static void mk_i8_4x16(const int16_t *col, int K2, const int32_t *const wr[4],
-                       const int32_t b[4], int32_t acc[4][16]) {
+                       int32_t *const acc[4]) {
     int k2;
 #if defined(__AVX2__)
-    __m256i s00 = _mm256_set1_epi32(b[0]), s01 = s00, s10 = _mm256_set1_epi32(b[1]),
-            s11 = s10, s20 = _mm256_set1_epi32(b[2]), s21 = s20,
-            s30 = _mm256_set1_epi32(b[3]), s31 = s30;
+#define LD(r, o) _mm256_loadu_si256((const __m256i *)(acc[r] + (o)))
+    __m256i s00 = LD(0, 0), s01 = LD(0, 8), s10 = LD(1, 0), s11 = LD(1, 8), s20 = LD(2, 0),
+            s21 = LD(2, 8), s30 = LD(3, 0), s31 = LD(3, 8);
+#undef LD
     for (k2 = 0; k2 < K2; ++k2) {
         const int16_t *cp = col + (size_t)k2 * ES_I8_TP * 2;
         const __m256i c0 = _mm256_loadu_si256((const __m256i *)cp);
@@ -267,7 +274,8 @@ static void mk_i8_4x16(const int16_t *col, int K2, const int32_t *const wr[4],
 #elif defined(__ARM_NEON)
     int r;
     for (r = 0; r < 4; ++r) {
-        int32x4_t s0 = vdupq_n_s32(b[r]), s1 = s0, s2 = s0, s3 = s0;
+        int32x4_t s0 = vld1q_s32(acc[r]), s1 = vld1q_s32(acc[r] + 4),
+                  s2 = vld1q_s32(acc[r] + 8), s3 = vld1q_s32(acc[r] + 12);
         for (k2 = 0; k2 < K2; ++k2) {
             const int16_t *cp = col + (size_t)k2 * ES_I8_TP * 2;
             const int16x8x2_t u = vld2q_s16(cp), v = vld2q_s16(cp + 16);
@@ -289,49 +297,22 @@ static void mk_i8_4x16(const int16_t *col, int K2, const int32_t *const wr[4],
     }
 #else
     int r, j;
+    int32_t t[4][16];
     for (r = 0; r < 4; ++r)
-        for (j = 0; j < 16; ++j) acc[r][j] = b[r];
+        for (j = 0; j < 16; ++j) t[r][j] = acc[r][j];
     for (k2 = 0; k2 < K2; ++k2) {
         const int16_t *cp = col + (size_t)k2 * ES_I8_TP * 2;
         for (r = 0; r < 4; ++r) {
             const int32_t w0 = (int16_t)(wr[r][k2] & 0xffff);
             const int32_t w1 = (int16_t)((uint32_t)wr[r][k2] >> 16);
-            for (j = 0; j < 16; ++j) acc[r][j] += w0 * cp[2 * j] + w1 * cp[2 * j + 1];
+            for (j = 0; j < 16; ++j) t[r][j] += w0 * cp[2 * j] + w1 * cp[2 * j + 1];
         }
     }
+    for (r = 0; r < 4; ++r)
+        for (j = 0; j < 16; ++j) acc[r][j] = t[r][j];
 #endif
 }
 
-#if defined(__AVX2__)
-/* es_mul_q on 8 lanes for shift <= 0 (no left shift), bit-identical to the scalar:
- * 64-bit products of even and odd lanes, round-half-away nudge, truncating /2^31 (the
- * low 32 bits of a logical 64-bit shift equal the arithmetic one), then the rounding
- * right shift of es_rdivpot. */
-static __m256i mul_q8(__m256i x, __m256i mu, int right) {
-    const __m256i zero = _mm256_setzero_si256();
-    const __m256i np = _mm256_set1_epi64x((int64_t)1 << 30);
-    const __m256i nn = _mm256_set1_epi64x(1 - ((int64_t)1 << 30));
-    const __m256i lo31 = _mm256_set1_epi64x(((int64_t)1 << 31) - 1);
-    __m256i ab[2], r, mask, rem, thr;
-    int h;
-    ab[0] = _mm256_mul_epi32(x, mu);
-    ab[1] = _mm256_mul_epi32(_mm256_srli_epi64(x, 32), mu);
-    for (h = 0; h < 2; ++h) {
-        __m256i v = ab[h], neg = _mm256_cmpgt_epi64(zero, v);
-        v = _mm256_add_epi64(v, _mm256_blendv_epi8(np, nn, neg));
-        neg = _mm256_cmpgt_epi64(zero, v);
-        v = _mm256_add_epi64(v, _mm256_and_si256(neg, lo31));
-        ab[h] = _mm256_srli_epi64(v, 31);
-    }
-    r = _mm256_blend_epi32(ab[0], _mm256_slli_epi64(ab[1], 32), 0xAA);
-    if (right <= 0) return r;
-    mask = _mm256_set1_epi32((int32_t)(((int64_t)1 << right) - 1));
-    rem = _mm256_and_si256(r, mask);
-    thr = _mm256_sub_epi32(_mm256_srli_epi32(mask, 1), _mm256_cmpgt_epi32(zero, r));
-    return _mm256_sub_epi32(_mm256_sra_epi32(r, _mm_cvtsi32_si128(right)),
-                            _mm256_cmpgt_epi32(rem, thr));
-}
-#endif
 
 /* y[j] = sat8(es_mul_q(acc[j], mult, shift) + y_zp), j < n <= 16 */
 static void requant16(int32_t *acc, int8_t *y, int n, int32_t mult, int32_t shift,
@@ -342,7 +323,7 @@ static void requant16(int32_t *acc, int8_t *y, int n, int32_t mult, int32_t shif
         const __m256i mu = _mm256_set1_epi32(mult), zp = _mm256_set1_epi32(p->y_zp);
         const __m256i lo = _mm256_set1_epi32(p->qmin), hi = _mm256_set1_epi32(p->qmax);
         for (j = 0; j < 16; j += 8) {
-            __m256i v = mul_q8(_mm256_loadu_si256((const __m256i *)(acc + j)), mu, -shift);
+            __m256i v = es_mulq8_avx2(_mm256_loadu_si256((const __m256i *)(acc + j)), mu, -shift);
             v = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(v, zp), lo), hi);
             _mm256_storeu_si256((__m256i *)(acc + j), v);
         }
@@ -358,26 +339,34 @@ void es_conv2d_i8_gemm(const int8_t *x, const int32_t *wp, const int32_t *bias,
                        const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
                        const es_conv_params *p) {
     const int K = p->C * p->KH * p->KW, K2 = (K + 1) / 2, P = p->OH * p->OW, M = p->M;
+    const int KB2 = ES_I8_GEMM_KB2(K2, M), blocked = KB2 < K2;
     int16_t *col = (int16_t *)scratch;
-    int32_t acc[4][16];
-    int p0, m0, j0, r;
+    int32_t *part = scratch + (size_t)KB2 * ES_I8_TP; /* [M][16], blocked only */
+    int32_t loc[4][16];
+    int p0, m0, k2b, r, j;
     for (p0 = 0; p0 < P; p0 += ES_I8_TP) {
-        im2col_i8(x, col, p0, K, p);
-        for (m0 = 0; m0 < M; m0 += 4) {
-            const int nr = (M - m0) < 4 ? (M - m0) : 4;
-            const int32_t *wr[4];
-            int32_t b[4];
-            for (r = 0; r < 4; ++r) {
-                const int m = m0 + (r < nr ? r : nr - 1);
-                wr[r] = wp + (size_t)m * K2;
-                b[r] = bias[m];
-            }
-            for (j0 = 0; j0 < ES_I8_TP && p0 + j0 < P; j0 += 16) {
-                const int nj = (P - p0 - j0) < 16 ? (P - p0 - j0) : 16;
-                mk_i8_4x16(col + 2 * j0, K2, wr, b, acc);
-                for (r = 0; r < nr; ++r)
-                    requant16(acc[r], y + (size_t)(m0 + r) * P + p0 + j0, nj, mult[m0 + r],
-                              shift[m0 + r], p);
+        const int nj = (P - p0) < ES_I8_TP ? (P - p0) : ES_I8_TP;
+        for (k2b = 0; k2b < K2; k2b += KB2) {
+            const int k2e = (K2 - k2b) < KB2 ? K2 : k2b + KB2;
+            const int last = k2e == K2;
+            im2col_i8(x, col, p0, K, k2b, k2e, p);
+            for (m0 = 0; m0 < M; m0 += 4) {
+                const int nr = (M - m0) < 4 ? (M - m0) : 4;
+                const int32_t *wr[4];
+                int32_t *acc[4];
+                for (r = 0; r < 4; ++r) {
+                    const int m = m0 + (r < nr ? r : nr - 1);
+                    wr[r] = wp + (size_t)m * K2 + k2b;
+                    /* rows past nr are padding: their own local rows, results unused */
+                    acc[r] = blocked && r < nr ? part + (size_t)m * ES_I8_TP : loc[r];
+                    if (k2b == 0 || acc[r] == loc[r])
+                        for (j = 0; j < ES_I8_TP; ++j) acc[r][j] = bias[m];
+                }
+                mk_i8_4x16(col, k2e - k2b, wr, acc);
+                if (last)
+                    for (r = 0; r < nr; ++r)
+                        requant16(acc[r], y + (size_t)(m0 + r) * P + p0, nj, mult[m0 + r],
+                                  shift[m0 + r], p);
             }
         }
     }

@@ -39,7 +39,7 @@ int main(int argc, char **argv) {
     if (p.group == 1) { /* im2col + blocked GEMM, weights as int16 pairs over C*KH*KW */
         const int K = p.C * p.KH * p.KW, K2 = (K + 1) / 2;
         int32_t *wg = calloc((size_t)p.M * K2, 4);
-        int32_t *gs = malloc(ES_I8_GEMM_SCRATCH(K));
+        int32_t *gs = malloc(ES_I8_GEMM_SCRATCH(K, p.M));
         for (i = 0; i < (int)nw; ++i) {
             int m = i / K, k = i % K;
             uint32_t v = (uint16_t)(int16_t)w[i];
