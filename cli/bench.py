@@ -63,6 +63,14 @@ def results_table(run: BenchRun) -> Table:
 def _notes(run: BenchRun) -> list[str]:
     notes = [f"{r['device']}/{r['target']}: {r['message']}" for r in run.rows() if r["message"]]
     for name, d in run.devices.items():
+        for t in d.get("targets", []):
+            pre = t.get("prebuilt")
+            if isinstance(pre, dict):
+                wrap = t.get("exec_wrapper")
+                notes.append(f"{name}/{t.get('name')}: binary built here with {pre.get('cc')} "
+                             f"{pre.get('cflags') or ''}".rstrip()
+                             + (f", run under {' '.join(wrap)} (emulated timings)"
+                                if wrap else ""))
         if d.get("error"):
             notes.append(f"{name}: {d['status']}: {d['error'].get('what')}")
         if d.get("kept") and d.get("workdir"):

@@ -76,12 +76,24 @@ def test_cross_cc_in_the_manifest_runs_an_aarch64_binary_through_the_exec_wrappe
     shutil.rmtree(d["workdir"])
 
 
-def test_a_missing_cross_compiler_is_named_without_a_traceback(demo_build):
-    build = _c_only(demo_build, cross_cc="no-such-cross-gcc")
+def _cli(*args: str) -> subprocess.CompletedProcess:
     code = "import sys, edgesmith.cli.bench; from edgesmith.cli.app import main; " \
            "sys.argv = ['edgesmith', *sys.argv[1:]]; main()"
-    r = subprocess.run([sys.executable, "-c", code, "bench", str(build), "--local",
-                        "--runs", "1"], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_a_cross_compile_that_fails_names_the_compiler_and_exits_5(demo_build):
+    build = _c_only(demo_build, cross_cc="cc", cross_cflags="-O2 --no-such-flag")
+    r = _cli("bench", str(build), "--local", "--runs", "1")
+    assert r.returncode == 5, r.stderr
+    assert "with 'cc' failed" in r.stderr and "--no-such-flag" in r.stderr
+    assert "Traceback" not in r.stderr + r.stdout
+
+
+def test_a_missing_cross_compiler_is_named_without_a_traceback(demo_build):
+    build = _c_only(demo_build, cross_cc="no-such-cross-gcc")
+    r = _cli("bench", str(build), "--local", "--runs", "1")
     assert r.returncode == 2, r.stderr
     assert "no-such-cross-gcc" in r.stderr and "--no-prebuilt-c" in r.stderr
     assert "Traceback" not in r.stderr + r.stdout
