@@ -195,6 +195,9 @@ void es_fc_i8(const int8_t *x, const int8_t *w, const int32_t *bias, const int32
               const int32_t *shift, int8_t *y, int M, int N, int K, int x_zp, int y_zp,
               int qmin, int qmax);
 void es_add_i8(const int8_t *a, const int8_t *b, int8_t *y, int n, const es_qadd_params *p);
+/* the plain per-element loop es_add_i8's SIMD paths are tested against */
+void es_add_i8_ref(const int8_t *a, const int8_t *b, int8_t *y, int n,
+                   const es_qadd_params *p);
 void es_requant_i8(const int8_t *x, int8_t *y, int n, int x_zp, int y_zp, int32_t mult,
                    int32_t shift, int qmin, int qmax);
 void es_maxpool2d_i8(const int8_t *x, int8_t *y, const es_pool_params *p);
