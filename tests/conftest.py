@@ -63,3 +63,13 @@ def _private_cache(tmp_path_factory):
 
     os.environ["EDGESMITH_CACHE"] = str(tmp_path_factory.mktemp("cache"))
     yield
+
+
+def require_tools(*tools: str) -> None:
+    """Fail, not skip, when a system tool the Makefile installs is missing: a skip would
+    let a broken `make setup` pass CI unnoticed."""
+    import shutil
+
+    missing = [t for t in tools if shutil.which(t) is None and not Path(f"/usr/sbin/{t}").exists()]
+    if missing:
+        pytest.fail(f"missing {', '.join(missing)}: run `make setup` (it apt-installs them)")

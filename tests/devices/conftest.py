@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import require_tools
+
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
 
@@ -167,7 +169,7 @@ def _start(root: Path, log: Path) -> SshdServer:
 def sshd_factory(tmp_path: Path) -> Iterator[Callable[[], SshdServer]]:
     """Start any number of loopback sshd servers; all are killed after the test."""
     if not Path(SSHD).exists():
-        pytest.skip("OpenSSH server missing: apt-get install -y openssh-server (make setup)")
+        require_tools("sshd")
     servers: list[SshdServer] = []
 
     def start() -> SshdServer:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from edgesmith.devices.bench import Device, bench
+from tests.conftest import require_tools
 
 pytestmark = pytest.mark.slow
 CROSS_CC = "aarch64-linux-gnu-gcc"
@@ -58,10 +59,9 @@ def test_prebuilt_c_uploads_the_host_binary_and_runs_no_make(sshd, demo_build):
     shutil.rmtree(d["workdir"])
 
 
-@pytest.mark.skipif(shutil.which(CROSS_CC) is None or shutil.which(QEMU) is None,
-                    reason=f"{CROSS_CC} / {QEMU} missing (make setup installs them)")
 def test_cross_cc_in_the_manifest_runs_an_aarch64_binary_through_the_exec_wrapper(
         sshd, demo_build):
+    require_tools(CROSS_CC, QEMU)
     build = _c_only(demo_build, cross_cc=CROSS_CC)  # cross_cc: prebuilt without asking
     run = bench(build, [Device("arm", ssh=sshd.ssh())], runs=3, warmup=0, keep=True,
                 exec_wrapper=f"{QEMU} -L /usr/aarch64-linux-gnu")

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from edgesmith.targets import run
+from tests.conftest import require_tools
 from tests.targets._helpers import compile_harness, generate, model_sources
 
 
@@ -57,11 +58,8 @@ def test_bench_reports_energy_per_inference_when_rapl_is_readable(digits_c, tmp_
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("aarch64-linux-gnu-gcc") is None
-                    or shutil.which("qemu-aarch64") is None,
-                    reason="needs apt packages gcc-aarch64-linux-gnu libc6-dev-arm64-cross "
-                           "qemu-user")
 def test_aarch64_build_runs_under_qemu_and_matches_host(digits_c, digits_splits, tmp_path):
+    require_tools("aarch64-linux-gnu-gcc", "qemu-aarch64")
     cross = tmp_path / "aarch64"
     shutil.copytree(digits_c, cross)
     subprocess.run(["make", "-s", "-C", str(cross), "clean"], check=True)
@@ -73,9 +71,8 @@ def test_aarch64_build_runs_under_qemu_and_matches_host(digits_c, digits_splits,
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None,
-                    reason="needs apt packages gcc-arm-none-eabi libnewlib-arm-none-eabi")
 def test_cortex_m7_build_with_embedded_weights_reports_sizes(work, digits_qdq, tmp_path):
+    require_tools("arm-none-eabi-gcc", "arm-none-eabi-size")
     out = generate(digits_qdq, tmp_path / "m7", precision="int8", embedded=True)
     objs = []
     for src in model_sources(out):

@@ -4,7 +4,6 @@ sanitizers, valgrind, resumable time slicing with hooks."""
 from __future__ import annotations
 
 import json
-import shutil
 import struct
 import subprocess
 import zlib
@@ -12,6 +11,7 @@ import zlib
 import pytest
 
 from edgesmith.targets import run
+from tests.conftest import require_tools
 from tests.targets._helpers import HARNESS, compile_harness
 
 
@@ -104,8 +104,8 @@ def test_asan_ubsan_build_runs_clean(digits_c_int8, digits_c):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind absent (apt: valgrind)")
 def test_valgrind_reports_no_errors(digits_c_int8):
+    require_tools("valgrind")
     b = run.build(digits_c_int8)
     p = subprocess.run(["valgrind", "--error-exitcode=9", "--leak-check=full", str(b),
                         "--runs", "3", "--warmup", "0"], capture_output=True, text=True,
