@@ -91,7 +91,7 @@ def check(onnx_path: Path, target_specs: list[Any]) -> Report:
         attrs = _attrs(node)
         status, hints = {}, {}
         for name, target, precision in targets:
-            rule = target.compat(node.op_type, attrs, precision)
+            rule = target.rule_for(node.op_type, attrs, precision)
             status[name], hints[name] = rule.status, rule.hint
         shown = {k: v for k, v in attrs.items() if k in _SHOWN_ATTRS or k == "domain"}
         rows.append(Row(node.name or f"{node.op_type}_{i}", node.op_type, shown, status, hints))

@@ -73,9 +73,6 @@ class CoreMLTarget(Target):
     }
 
     def compat(self, op_type: str, attrs: dict[str, Any], precision: str) -> CompatRule:
-        if attrs.get("domain") not in (None, "", "ai.onnx"):
-            return CompatRule("unsupported", f"custom domain {attrs['domain']}: Core ML "
-                                             "converts from torch; the op has no torch source")
         if op_type == "Resize" and attrs.get("mode") == "cubic":
             return CompatRule("unsupported", "coremltools cannot convert bicubic upsampling "
                                              "(upsample_bicubic2d); use bilinear")

@@ -94,14 +94,9 @@ class OnnxTarget(Target):
     precisions = ("fp32", "fp16", "int8")
     Options = OnnxOptions
     device_runtime = "onnxruntime"
-    # onnxruntime runs every default-domain op; only custom domains are foreign to it
+    # onnxruntime runs every default-domain op and its own contrib ops
+    domains = ("", "ai.onnx", "com.microsoft")
     default_rule = CompatRule("supported")
-
-    def compat(self, op_type: str, attrs: dict, precision: str) -> CompatRule:
-        if attrs.get("domain") not in (None, "", "ai.onnx"):
-            return CompatRule("unsupported", f"custom domain {attrs['domain']}: onnxruntime "
-                                             "needs a registered custom-op library")
-        return self.default_rule
 
     def convert(self, ctx: ConvertContext) -> Artifact:
         out = ctx.out_dir / "model.onnx"

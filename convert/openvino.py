@@ -48,12 +48,6 @@ class OpenVINOTarget(Target):
         "Det": CompatRule("unsupported", "the OpenVINO ONNX frontend has no Det conversion"),
     }
 
-    def compat(self, op_type: str, attrs: dict[str, Any], precision: str) -> CompatRule:
-        if attrs.get("domain") not in (None, "", "ai.onnx"):
-            return CompatRule("unsupported", f"custom domain {attrs['domain']}: the OpenVINO "
-                                             "ONNX frontend reads standard ops only")
-        return self.compat_rules.get(op_type, self.default_rule)
-
     def convert(self, ctx: ConvertContext) -> Artifact:
         import openvino as ov
 

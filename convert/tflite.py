@@ -106,9 +106,6 @@ class TFLiteTarget(Target):
     compat_rules = _RULES
 
     def compat(self, op_type: str, attrs: dict[str, Any], precision: str) -> CompatRule:
-        if attrs.get("domain") not in (None, "", "ai.onnx"):
-            return CompatRule("unsupported", f"custom domain {attrs['domain']}: onnx2tf converts "
-                                             "standard ONNX ops only")
         if op_type == "Resize" and attrs.get("mode") == "cubic":
             return CompatRule("unsupported", f"cubic Resize {_FLEX}; use linear or nearest")
         if op_type == "Mod" and attrs.get("fmod") == 1:

@@ -107,6 +107,19 @@ class Target:
         return None
 
     # -- compat ----------------------------------------------------------------------------
+    # ONNX domains whose ops this format can take at all; anything else is unsupported
+    domains: ClassVar[tuple[str, ...]] = ("", "ai.onnx")
+
+    def rule_for(self, op_type: str, attrs: dict[str, Any], precision: str) -> CompatRule:
+        """What the compat report asks: the domain check every format shares, then the
+        format's own rules."""
+        domain = attrs.get("domain") or ""
+        if domain not in self.domains:
+            known = ", ".join(sorted({d or "ai.onnx" for d in self.domains}))
+            return CompatRule("unsupported",
+                              f"custom domain {domain}: {self.format} takes ops of {known} only")
+        return self.compat(op_type, attrs, precision)
+
     def compat(self, op_type: str, attrs: dict[str, Any], precision: str) -> CompatRule:
         """Override for rules that depend on attributes (e.g. Resize mode) or precision."""
         return self.compat_rules.get(op_type, self.default_rule)

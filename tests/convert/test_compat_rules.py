@@ -121,13 +121,13 @@ def test_rule_agrees_with_the_real_converter(models, tmp_path, fmt, op, status):
 def test_custom_domain_op_is_unsupported_and_really_fails(tmp_path, fmt):
     path = custom_op_onnx(tmp_path / "custom.onnx")
     node = onnx.load(str(path)).graph.node[0]
-    rule = TARGETS[fmt]().compat(node.op_type, _attrs(node), "fp32")
+    rule = TARGETS[fmt]().rule_for(node.op_type, _attrs(node), "fp32")
     assert rule.status == "unsupported" and "com.example" in rule.hint
     assert _outcome(fmt, path, None, tmp_path) == "fails"
 
 
 def test_coreml_rules_name_custom_domains_unsupported():
-    rule = CoreMLTarget().compat("Frobnicate", {"domain": "com.example"}, "int8")
+    rule = CoreMLTarget().rule_for("Frobnicate", {"domain": "com.example"}, "int8")
     assert rule.status == "unsupported"
 
 
