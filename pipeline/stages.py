@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from edgesmith.errors import ConversionError, EdgesmithError, ProfileError
+from edgesmith.errors import ConversionError, EdgesmithError, ModelLoadError, UsageError
 from edgesmith.profiles.schema import TargetSpec
 
 from . import cache, registry, validate
@@ -53,8 +53,6 @@ def reference(loaded: LoadedModel, splits: Splits) -> Reference:
         try:
             out = run_ort(loaded.onnx_path, splits.val_x)
         except Exception as e:
-            from edgesmith.errors import ModelLoadError
-
             raise ModelLoadError(
                 f"onnxruntime cannot run the model on inputs of shape "
                 f"{list(splits.spec.batch_shape(1))}: {str(e).splitlines()[0][:300]}",
@@ -76,9 +74,9 @@ def resolve_targets(profile: Any, only: list[str] | None, where: str) -> list[tu
             if not hits:
                 try:
                     hits = [TargetSpec(format=fmt, precision=prec or "fp32")]
-                except Exception:
-                    raise ProfileError(f"--target {item}: unknown format or precision",
-                                       fix="use FORMAT[:PRECISION], e.g. tflite:int8") from None
+                except ValueError:
+                    raise UsageError(f"--target {item}: unknown format or precision",
+                                     fix="use FORMAT[:PRECISION], e.g. tflite:int8") from None
             wanted += [h for h in hits if h not in wanted]
         specs = wanted
     out = []
