@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -148,11 +147,14 @@ def test_a_bench_past_the_command_timeout_is_reported_not_hung(sshd, demo_build)
         run.raise_for_status()
 
 
-def test_device_without_runtimes_names_the_package_and_still_runs_c(sshd, demo_build):
-    bare = shutil.which("python3", path="/usr/bin:/bin")
-    probe = subprocess.run([bare or "false", "-c", "import numpy"], capture_output=True)
-    if bare is None or probe.returncode == 0:
-        pytest.skip("needs a system python3 without numpy")
+def test_device_without_runtimes_names_the_package_and_still_runs_c(sshd, demo_build,
+                                                                    tmp_path):
+    # a fresh venv without site packages: a device python with nothing but the stdlib
+    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")],
+                   check=True)
+    bare = str(tmp_path / "bare" / "bin" / "python")
+    probe = subprocess.run([bare, "-c", "import numpy"], capture_output=True)
+    assert probe.returncode != 0, "the bare venv must not see numpy"
     run = bench(demo_build, [Device("bare", ssh=sshd.ssh(python=bare))], runs=2, warmup=0)
     by_name = {t["name"]: t for t in run.devices["bare"]["targets"]}
     assert by_name["onnx-fp32"]["status"] == "missing_runtime"
