@@ -20,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from edgesmith.errors import ConversionError
+from edgesmith.convert._stages import run_stage
 from edgesmith.pipeline.artifact import Artifact
 from edgesmith.pipeline.registry import CompatRule, ConvertContext, Runner, Target
 
@@ -118,18 +118,7 @@ def _quantize(model, ctx: ConvertContext):
 
 
 def _stage(ctx: ConvertContext, stage: str, fn):
-    try:
-        return fn()
-    except ConversionError:
-        raise
-    except Exception as e:  # the library's own failure: name the format and the stage
-        import traceback
-
-        ctx.log(f"{FORMAT} {stage} failed:\n{traceback.format_exc()}")
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise ConversionError(f"{type(e).__name__}: {first[:300]}",
-                              where=f"{FORMAT} {stage}",
-                              fix=f"full converter output in {ctx.log_path}") from None
+    return run_stage(ctx, FORMAT, stage, fn)
 
 
 @contextlib.contextmanager
