@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.targets.test_int8_fast import FLAVOURS, RT
+from tests.targets.test_int8_fast import FLAVOURS, RT, conv_case
 
 CHECK = Path(__file__).parent / "c" / "conv_f32_check.c"
 
@@ -17,17 +17,7 @@ CHECK = Path(__file__).parent / "c" / "conv_f32_check.c"
 def _cases(n: int, seed: int = 1):
     rng = np.random.default_rng(seed)
     for i in range(n):
-        kind = i % 3
-        k = 1 if kind == 0 else int(rng.choice([1, 3, 5]))
-        s = 1 if kind == 0 else int(rng.integers(1, 3))
-        pad = 0 if kind == 0 else int(rng.integers(0, k // 2 + 1))
-        d = 1 if kind == 0 else int(rng.integers(1, 3))
-        c = int(rng.integers(1, 40))
-        group, m = (1, int(rng.integers(1, 20))) if kind != 2 else (c, c)
-        h, w = int(rng.integers(d * (k - 1) + 1, 14)), int(rng.integers(d * (k - 1) + 1, 40))
-        oh = (h + 2 * pad - d * (k - 1) - 1) // s + 1
-        ow = (w + 2 * pad - d * (k - 1) - 1) // s + 1
-        yield [c, h, w, m, k, k, s, s, pad, pad, d, d, group, i % 4, i + 1, oh, ow]
+        yield conv_case(rng, i, 40, lambda _, j: j % 4)
 
 
 @pytest.mark.parametrize(("name", "cc", "flags", "wrapper"), FLAVOURS)

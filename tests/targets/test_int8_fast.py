@@ -13,21 +13,27 @@ RT = Path(__file__).parents[2] / "targets" / "runtime"
 CHECK = Path(__file__).parent / "c" / "conv_fast_check.c"
 
 
+def conv_case(rng: np.random.Generator, i: int, max_c: int, extra) -> list[int]:
+    """A random conv geometry for the C check programs: pointwise, general and depthwise
+    in turn. ``extra(rng, i)`` is the program's own field after ``group`` (a zero point for
+    int8, an activation for fp32), drawn in the same place of the random stream."""
+    kind = i % 3
+    k = 1 if kind == 0 else int(rng.choice([1, 3, 5]))
+    s = 1 if kind == 0 else int(rng.integers(1, 3))
+    pad = 0 if kind == 0 else int(rng.integers(0, k // 2 + 1))
+    d = 1 if kind == 0 else int(rng.integers(1, 3))
+    c = int(rng.integers(1, max_c))
+    group, m = (1, int(rng.integers(1, 20))) if kind != 2 else (c, c)
+    h, w = int(rng.integers(d * (k - 1) + 1, 14)), int(rng.integers(d * (k - 1) + 1, 40))
+    oh = (h + 2 * pad - d * (k - 1) - 1) // s + 1
+    ow = (w + 2 * pad - d * (k - 1) - 1) // s + 1
+    return [c, h, w, m, k, k, s, s, pad, pad, d, d, group, extra(rng, i), i + 1, oh, ow]
+
+
 def _cases(n: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     for i in range(n):
-        kind = i % 3
-        k = 1 if kind == 0 else int(rng.choice([1, 3, 5]))
-        s = 1 if kind == 0 else int(rng.integers(1, 3))
-        pad = 0 if kind == 0 else int(rng.integers(0, k // 2 + 1))
-        d = 1 if kind == 0 else int(rng.integers(1, 3))
-        c = int(rng.integers(1, 24))
-        group, m = (1, int(rng.integers(1, 20))) if kind != 2 else (c, c)
-        h, w = int(rng.integers(d * (k - 1) + 1, 14)), int(rng.integers(d * (k - 1) + 1, 40))
-        oh = (h + 2 * pad - d * (k - 1) - 1) // s + 1
-        ow = (w + 2 * pad - d * (k - 1) - 1) // s + 1
-        yield [c, h, w, m, k, k, s, s, pad, pad, d, d, group, int(rng.integers(-128, 128)),
-               i + 1, oh, ow]
+        yield conv_case(rng, i, 24, lambda r, _: int(r.integers(-128, 128)))
 
 
 def _build(cc: str, flags: list[str], out: Path) -> Path:
