@@ -9,8 +9,8 @@ produce no step: their output is a view of the input buffer with another shape.
 The batch axis: a dynamic leading dimension is fixed to 1 (the Python runner loops over
 the batch); a model with fully static shapes runs at exactly those shapes.
 
-Per-op lowering lives in ``ops_f32.py`` and ``ops_int8.py``; this module holds the data
-structures, constant folding and the driver.
+Per-op lowering lives in the ``lower`` package (one module per op family) and in
+``ops_int8.py``; this module holds the data structures, constant folding and the driver.
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def supported_ops() -> set[str]:
 
 
 def _load_ops() -> None:
-    from . import ops_f32, ops_int8  # noqa: F401  (registers lowerers)
+    from . import lower, ops_int8  # noqa: F401  (registers lowerers)
 
 
 def c_ident(name: str) -> str:

@@ -1,0 +1,144 @@
+"""Convolutions: Conv, BatchNormalization and ConvTranspose.
+
+These live together because convolution is where generation time does the most work
+for the runtime: weights are packed once into the OIHW layout the kernels read, a
+following BatchNormalization and activation are folded into the weights and the kernel's
+epilogue (so a standalone BatchNormalization is only the fallback), and the choice
+between the reference and the fast im2col / depthwise kernels is made here, following
+the INT8 lowering's ``KERNEL`` switch so one test toggle covers both precisions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Call, Lowerer, Ref, lowers
+from .common import ACT, as2d, conv_pads, conv_params, fusable_act, prod, unsupported
+
+
+@lowers("Conv")
+def conv(L: Lowerer, node) -> None:
+    a = L.attrs(node)
+    x = L.f32(node.input[0])
+    w = L.const(node.input[1])
+    if w is None:
+        raise unsupported(node, "weights computed at run time")
+    b = L.const(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    nsp = len(x.shape) - 2
+    if nsp not in (1, 2):
+        raise unsupported(node, f"{nsp}-D convolution", "the C runtime has 1-D and 2-D conv")
+    w = w.astype(np.float32)
+    m = w.shape[0]
+    b = np.zeros(m, np.float32) if b is None else b.astype(np.float32).reshape(m)
+    k = list(w.shape[2:])
+    s = list(a.get("strides", [1] * nsp))
+    d = list(a.get("dilations", [1] * nsp))
+    pads = conv_pads(a, x.shape[2:], k, s, d)
+    group = int(a.get("group", 1))
+    out = node.output[0]
+    # fold a following BatchNormalization, then a following activation
+    nxt = L.single_consumer(out)
+    if nxt is not None and nxt.op_type == "BatchNormalization" and len(nxt.output) == 1:
+        sc, sh = bn_affine(L, nxt)
+        if sc is not None:
+            w = w * sc.reshape(-1, *([1] * (w.ndim - 1)))
+            b = b * sc + sh
+            L.done.add(id(nxt))
+            out = nxt.output[0]
+    act = fusable_act(L, out)
+    code, a0, a1 = ACT["none"], 0.0, 0.0
+    if act:
+        code, a0, a1, anode = act
+        L.done.add(id(anode))
+        out = anode.output[0]
+    sp, kk, ss, dd, pp = as2d(x.shape[2:], k, s, d, pads)
+    osp = [(sp[i] + pp[i] + pp[i + 2] - dd[i] * (kk[i] - 1) - 1) // ss[i] + 1 for i in range(2)]
+    n, c = x.shape[0], x.shape[1]
+    oshape = (n, m, *([osp[1]] if nsp == 1 else osp))
+    y = L.new_tensor(out, oshape, "f32")
+    wt = L.const_tensor(node.name + "_w" if node.name else out + "_w", w, "f32")
+    bt = L.const_tensor(node.name + "_b" if node.name else out + "_b", b, "f32")
+    params = conv_params(c, sp, m, osp, kk, ss, pp, dd, group, code, a0, a1)
+    from .. import ops_int8  # KERNEL: "reference" switches both precisions to the oracle
+
+    fn, scratch = "es_conv2d_f32", 0
+    if ops_int8.KERNEL != "reference" and group == 1:
+        # im2col tiles of 32 pixels + 4x16 FMA micro-kernel (ES_F32_GEMM_SCRATCH)
+        fn, scratch = "es_conv2d_f32_gemm", 4 * 32 * c * kk[0] * kk[1]
+    elif ops_int8.KERNEL != "reference" and group == c == m:
+        hp = (osp[0] - 1) * ss[0] + (kk[0] - 1) * dd[0] + 1
+        wp = (osp[1] - 1) * ss[1] + (kk[1] - 1) * dd[1] + 1
+        fn, scratch = "es_dwconv2d_f32", 4 * hp * wp + 64
+    sc = [Ref("__scratch")] if scratch else []
+    calls = [Call(fn, [Ref(x.tensor, i * c * sp[0] * sp[1]), Ref(wt), Ref(bt), *sc,
+                       Ref(y, i * m * osp[0] * osp[1]), params])
+             for i in range(n)]
+    L.add_step(node, [x.tensor], [y], calls, scratch=scratch)
+    L.bind(out, y, oshape)
+
+
+def bn_affine(L: Lowerer, node):
+    a = L.attrs(node)
+    vals = [L.const(i) for i in node.input[1:5]]
+    if any(v is None for v in vals):
+        return None, None
+    gamma, beta, mean, var = (v.astype(np.float64) for v in vals)
+    sc = gamma / np.sqrt(var + a.get("epsilon", 1e-5))
+    return sc.astype(np.float32), (beta - mean * sc).astype(np.float32)
+
+
+@lowers("BatchNormalization")
+def batchnorm(L: Lowerer, node) -> None:
+    x = L.f32(node.input[0])
+    sc, sh = bn_affine(L, node)
+    if sc is None:
+        raise unsupported(node, "statistics computed at run time")
+    y = L.new_tensor(node.output[0], x.shape, "f32")
+    st, bt = L.const_tensor(node.name + "_scale", sc, "f32"), L.const_tensor(
+        node.name + "_shift", sh, "f32")
+    c = x.shape[1]
+    inner = prod(x.shape[2:])
+    L.add_step(node, [x.tensor], [y], [Call("es_channel_affine_f32", [
+        Ref(x.tensor), Ref(st), Ref(bt), Ref(y), x.shape[0], c, inner])], inplace=True)
+    L.bind(node.output[0], y, x.shape)
+
+
+@lowers("ConvTranspose")
+def conv_transpose(L: Lowerer, node) -> None:
+    a = L.attrs(node)
+    x = L.f32(node.input[0])
+    w = L.const(node.input[1])
+    if w is None:
+        raise unsupported(node, "weights computed at run time")
+    nsp = len(x.shape) - 2
+    if nsp not in (1, 2):
+        raise unsupported(node, f"{nsp}-D transposed convolution")
+    group = int(a.get("group", 1))
+    c = x.shape[1]
+    m = w.shape[1] * group
+    b = L.const(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    b = np.zeros(m, np.float32) if b is None else b.astype(np.float32)
+    k = list(w.shape[2:])
+    s = list(a.get("strides", [1] * nsp))
+    d = list(a.get("dilations", [1] * nsp))
+    opad = list(a.get("output_padding", [0] * nsp))
+    pads = list(a.get("pads", [0] * (2 * nsp)))
+    if "output_shape" in a:
+        raise unsupported(node, "output_shape attribute", "export with explicit pads")
+    if a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+        raise unsupported(node, "auto_pad SAME", "export with explicit pads")
+    osp = [s[i] * (x.shape[2 + i] - 1) + opad[i] + ((k[i] - 1) * d[i] + 1) - pads[i]
+           - pads[i + nsp] for i in range(nsp)]
+    sp, kk, ss, dd, pp = as2d(x.shape[2:], k, s, d, pads)
+    osp2 = [1, osp[0]] if nsp == 1 else osp
+    n = x.shape[0]
+    oshape = (n, m, *osp)
+    y = L.new_tensor(node.output[0], oshape, "f32")
+    wt = L.const_tensor(node.name + "_w", w.astype(np.float32), "f32")
+    bt = L.const_tensor(node.name + "_b", b.reshape(m), "f32")
+    params = conv_params(c, sp, m, osp2, kk, ss, pp, dd, group, 0, 0.0, 0.0)
+    calls = [Call("es_conv_transpose2d_f32", [
+        Ref(x.tensor, i * prod(x.shape[1:])), Ref(wt), Ref(bt), Ref(y, i * prod(oshape[1:])),
+        params]) for i in range(n)]
+    L.add_step(node, [x.tensor], [y], calls)
+    L.bind(node.output[0], y, oshape)

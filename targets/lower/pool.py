@@ -1,0 +1,57 @@
+"""Pooling and reductions.
+
+Global pooling is lowered as a reduction over the spatial axes, so pooling and the
+Reduce* ops share the ``es_reduce_f32`` kernel and belong together; windowed pooling's
+geometry lives in ``common`` because the INT8 max-pool uses the same computation.
+"""
+
+from __future__ import annotations
+
+from ..ir import Call, Lowerer, Ref, lowers
+from .common import _axes, pool_geometry, prod, unsupported
+
+
+@lowers("MaxPool", "AveragePool")
+def pool(L: Lowerer, node) -> None:
+    if len(node.output) > 1 and node.output[1]:
+        raise unsupported(node, "the Indices output")
+    x = L.f32(node.input[0])
+    params, oshape = pool_geometry(L, node, x)
+    if node.op_type == "AveragePool" and (params["DH"] != 1 or params["DW"] != 1):
+        raise unsupported(node, "dilated average pooling")
+    y = L.new_tensor(node.output[0], oshape, "f32")
+    fn = "es_maxpool2d_f32" if node.op_type == "MaxPool" else "es_avgpool2d_f32"
+    L.add_step(node, [x.tensor], [y], [Call(fn, [Ref(x.tensor), Ref(y), params])])
+    L.bind(node.output[0], y, oshape)
+
+
+@lowers("GlobalAveragePool", "GlobalMaxPool")
+def global_pool(L: Lowerer, node) -> None:
+    x = L.f32(node.input[0])
+    oshape = (*x.shape[:2], *([1] * (len(x.shape) - 2)))
+    y = L.new_tensor(node.output[0], oshape, "f32")
+    op = "ES_R_MEAN" if node.op_type == "GlobalAveragePool" else "ES_R_MAX"
+    L.add_step(node, [x.tensor], [y], [Call("es_reduce_f32", [
+        Ref(x.tensor), Ref(y), x.shape[0] * x.shape[1], prod(x.shape[2:]), 1, op])])
+    L.bind(node.output[0], y, oshape)
+
+
+@lowers("ReduceMean", "ReduceSum", "ReduceMax")
+def reduce(L: Lowerer, node) -> None:
+    x = L.f32(node.input[0])
+    nd = len(x.shape)
+    axes = _axes(L, node, nd)
+    if axes is None:
+        axes = list(range(nd))
+    axes = sorted(axes)
+    if axes != list(range(axes[0], axes[-1] + 1)):
+        raise unsupported(node, "non-contiguous reduction axes")
+    keep = L.attrs(node).get("keepdims", 1)
+    oshape = [1 if i in axes else d for i, d in enumerate(x.shape)] if keep else \
+        [d for i, d in enumerate(x.shape) if i not in axes]
+    op = {"ReduceMean": "ES_R_MEAN", "ReduceSum": "ES_R_SUM", "ReduceMax": "ES_R_MAX"}
+    y = L.new_tensor(node.output[0], oshape, "f32")
+    L.add_step(node, [x.tensor], [y], [Call("es_reduce_f32", [
+        Ref(x.tensor), Ref(y), prod(x.shape[:axes[0]]), prod(x.shape[axes[0]:axes[-1] + 1]),
+        prod(x.shape[axes[-1] + 1:]), op[node.op_type]])])
+    L.bind(node.output[0], y, oshape)
