@@ -205,33 +205,21 @@ void es_avgpool2d_i8(const int8_t *x, int8_t *y, const es_pool_params *p);
 void es_global_avgpool_i8(const int8_t *x, int8_t *y, int C, int HW, int x_zp, int y_zp,
                           int32_t mult, int32_t shift);
 
-/* ---- fixed-point helpers (gemmlowp) ------------------------------------------------------ */
-static inline int32_t es_srdhm(int32_t a, int32_t b) {
-    int64_t ab;
-    int32_t nudge;
-    if (a == b && a == INT32_MIN) return INT32_MAX;
-    ab = (int64_t)a * (int64_t)b;
-    nudge = ab >= 0 ? (1 << 30) : (1 - (1 << 30));
-    return (int32_t)((ab + nudge) / ((int64_t)1 << 31));
-}
-
-static inline int32_t es_rdivpot(int32_t x, int e) {
-    int32_t mask, rem, thr;
-    if (e <= 0) return x;
-    mask = (int32_t)(((int64_t)1 << e) - 1);
-    rem = x & mask;
-    thr = (mask >> 1) + (x < 0 ? 1 : 0);
-    return (x >> e) + (rem > thr ? 1 : 0);
-}
-
-/* x * real_multiplier, the multiplier given as (mult in Q31, shift); TFLite's
- * MultiplyByQuantizedMultiplier. */
+/* ---- fixed-point requantisation --------------------------------------------------------- */
+/* x * real_multiplier, the multiplier given as (mult in Q31, shift): real = mult * 2^(shift-31).
+ * One rounding, TFLite's TFLITE_SINGLE_ROUNDING form of MultiplyByQuantizedMultiplier: the
+ * 64-bit product is rounded once (half up) by the whole right shift. gemmlowp's older form
+ * rounds twice (a doubling high multiply, then a rounding shift) and lands 1 LSB off the
+ * exactly rounded value on ~0.1-0.5% of outputs; across 28 layers of MobileNetV2 that drift
+ * left only 21% of outputs within 1 LSB of onnxruntime, whose integer kernels round once.
+ * Needs mult >= 0 and shift in [-31, 30] (ops_int8.quantize_multiplier guarantees both). */
 static inline int32_t es_mul_q(int32_t x, int32_t mult, int32_t shift) {
-    int left = shift > 0 ? shift : 0, right = shift > 0 ? 0 : -shift;
-    int64_t xl = (int64_t)x * ((int64_t)1 << left);
-    if (xl > INT32_MAX) xl = INT32_MAX;
-    if (xl < INT32_MIN) xl = INT32_MIN;
-    return es_rdivpot(es_srdhm((int32_t)xl, mult), right);
+    const int total = 31 - shift;
+    int64_t v = (int64_t)x * (int64_t)mult + ((int64_t)1 << (total - 1));
+    v >>= total; /* arithmetic on every compiler this runtime targets (C99 leaves it open) */
+    if (v > INT32_MAX) return INT32_MAX;
+    if (v < INT32_MIN) return INT32_MIN;
+    return (int32_t)v;
 }
 
 static inline int8_t es_sat8(int32_t v, int32_t lo, int32_t hi) {

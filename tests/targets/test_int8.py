@@ -29,7 +29,7 @@ def test_int8_model_uses_integer_kernels(digits_c_int8):
 
 
 def test_fixed_point_requantization_matches_tflite_reference():
-    from edgesmith.targets.ops_int8 import quantize_multiplier
+    from edgesmith.targets.lower.int8 import quantize_multiplier
 
     for real in (0.0003, 0.02, 0.5, 0.99999, 1.7, 12.0):
         m, s = quantize_multiplier(real)
@@ -49,12 +49,16 @@ def test_mobilenetv2_int8_agrees_with_onnxruntime(work, mnv2_qdq, mnv2_onnx, mnv
     ours_fp, ort_fp = float((y.argmax(1) == fp).mean()), float((ref.argmax(1) == fp).mean())
     print(f"mobilenetv2 int8: within 1 LSB {within:.4%}, top-1 agreement {top1:.4%}; "
           f"top-1 vs fp32: C {ours_fp:.2%}, onnxruntime {ort_fp:.2%}")
-    assert top1 >= 0.9
+    assert top1 >= 0.995
     assert ours_fp >= ort_fp - 0.05  # as faithful to the fp32 model as onnxruntime's int8
+    # gemmlowp's double rounding left 21% here; one rounding keeps every layer exact
+    assert within >= 0.95
     if within < 0.999:
-        pytest.xfail(f"only {within:.2%} of outputs within 1 LSB: onnxruntime runs this s8s8 QDQ "
-                     "graph as float DQ->Conv->Q, whose rounding flips ~0.2% of first-layer "
-                     "values by 1 LSB vs exact integer math; 28 layers amplify it")
+        pytest.xfail(f"{within:.2%} of outputs within 1 LSB (issue asks 99.9%): onnxruntime "
+                     "runs 9 of the 28 convs as float DQ->Conv->Q and requantizes the others "
+                     "in fp32, so ~1 value in 10^5 per layer lands on the other side of a "
+                     "rounding boundary from the exact integer result these kernels compute "
+                     "(test_int8_per_layer); this random-weight network amplifies each flip")
 
 
 def _u8_qdq(fp32, calib_x, out):
@@ -98,7 +102,7 @@ def test_uint8_shift_preserves_every_quantized_value():
     from onnx import TensorProto, helper, numpy_helper
     from onnx.reference import ReferenceEvaluator
 
-    from edgesmith.targets.ops_int8 import shift_uint8_to_int8
+    from edgesmith.targets.lower.int8 import shift_uint8_to_int8
 
     nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q0"),
              helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dq0")]

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 RT = Path(__file__).parents[2] / "targets" / "runtime"
+HARNESS = Path(__file__).parent / "c"
 CHECK = Path(__file__).parent / "c" / "conv_fast_check.c"
 
 
@@ -70,7 +71,7 @@ def test_fast_int8_conv_is_bit_identical_to_reference(name, cc, flags, wrapper, 
 
 def test_generated_int8_model_uses_fast_paths_and_reference_switch(work, digits_qdq):
     from edgesmith.targets.ir import lower
-    from edgesmith.targets.ops_int8 import reference_kernels
+    from edgesmith.targets.lower.int8 import reference_kernels
 
     fns = {c.fn for st in lower(digits_qdq, "int8").steps for c in st.calls}
     assert {"es_dwconv2d_i8", "es_conv2d_i8_gemm"} <= fns and "es_conv2d_i8" not in fns
@@ -83,9 +84,37 @@ def test_int8_digits_arena_fits_under_tflite_micro(digits_qdq):
     """The K-blocked im2col keeps conv scratch small: the whole digits INT8 arena stays
     under the 12,592 B TFLite Micro's allocator reports for the same model."""
     from edgesmith.targets.ir import lower
-    from edgesmith.targets.ops_int8 import gemm_i8_scratch
+    from edgesmith.targets.lower.int8 import gemm_i8_scratch
     from edgesmith.targets.planner import plan
 
     assert plan(lower(digits_qdq, "int8")).arena_bytes <= 12592
     assert gemm_i8_scratch(27, 32) == 64 * 14  # short reduction: one tile, no partials
     assert gemm_i8_scratch(576, 64) == 64 * 64 + 64 * 64  # blocked: 64 pairs + [M][16]
+
+
+@pytest.mark.parametrize(("name", "cc", "flags", "wrapper"), FLAVOURS)
+def test_requantization_rounds_once_to_the_exact_value(name, cc, flags, wrapper, tmp_path):
+    """es_mul_q and its SIMD forms equal floor(x * real + 1/2) for real = mult * 2^(shift-31):
+    one rounding, where gemmlowp's doubling-high-multiply-then-shift rounds twice."""
+    from edgesmith.targets.lower.int8 import quantize_multiplier
+
+    b = tmp_path / f"requant_{name}"
+    subprocess.run([cc, *flags, "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{RT}",
+                    str(HARNESS / "requant_check.c"), "-o", str(b)], check=True)
+    rng = np.random.default_rng(7)
+    cases = []
+    for real in np.exp(rng.uniform(np.log(1e-7), np.log(40.0), size=400)):
+        m, s = quantize_multiplier(float(real))
+        bound = min(2**31 - 1, int(2**31 / max(real, 1.0)) - 1)
+        for x in (*rng.integers(-bound, bound, size=20), 0, 1, -1, bound, -bound):
+            cases.append((int(x), m, s))
+    # exact ties round up: x * real = k + 1/2 exactly
+    cases += [(3, 2**30, 0), (-3, 2**30, 0), (5, 2**30, -1), (-5, 2**30, -1)]
+    p = subprocess.run([*wrapper, str(b)], input="".join(f"{x} {m} {s}\n" for x, m, s in cases),
+                       capture_output=True, text=True, timeout=120, check=True)
+    got = [tuple(map(int, line.split())) for line in p.stdout.splitlines()]
+    assert len(got) == len(cases)
+    for (x, m, s), (scalar, vec) in zip(cases, got, strict=True):
+        exact = (2 * x * m + 2 ** (31 - s)) // 2 ** (32 - s)  # floor(x*m/2^(31-s) + 1/2)
+        assert scalar == exact, (x, m, s, scalar, exact)
+        assert vec == scalar, (name, x, m, s, vec, scalar)

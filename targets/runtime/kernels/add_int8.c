@@ -45,7 +45,7 @@ void es_add_i8(const int8_t *a, const int8_t *b, int8_t *y, int n, const es_qadd
         const __m256i ym = _mm256_set1_epi32(p->y_mult), yzp = _mm256_set1_epi32(p->y_zp);
         const __m256i lo = _mm256_set1_epi32(p->qmin), hi = _mm256_set1_epi32(p->qmax);
         const __m128i ls = _mm_cvtsi32_si128(p->left_shift);
-        const int ra = -p->a_shift, rb = -p->b_shift, ry = -p->y_shift, sub = p->sub;
+        const int ra = p->a_shift, rb = p->b_shift, ry = p->y_shift, sub = p->sub;
         for (; i + 16 <= n; i += 16) {
             const __m128i a16 = _mm_loadu_si128((const __m128i *)(a + i));
             const __m128i b16 = _mm_loadu_si128((const __m128i *)(b + i));
@@ -73,7 +73,7 @@ void es_add_i8(const int8_t *a, const int8_t *b, int8_t *y, int n, const es_qadd
         const int32x4_t azp = vdupq_n_s32(p->a_zp), bzp = vdupq_n_s32(p->b_zp);
         const int32x4_t yzp = vdupq_n_s32(p->y_zp), ls = vdupq_n_s32(p->left_shift);
         const int32x4_t lo = vdupq_n_s32(p->qmin), hi = vdupq_n_s32(p->qmax);
-        const int ra = -p->a_shift, rb = -p->b_shift, ry = -p->y_shift, sub = p->sub;
+        const int ra = p->a_shift, rb = p->b_shift, ry = p->y_shift, sub = p->sub;
         for (; i + 16 <= n; i += 16) {
             const int8x16_t a16 = vld1q_s8(a + i), b16 = vld1q_s8(b + i);
             const int16x8_t ah[2] = {vmovl_s8(vget_low_s8(a16)), vmovl_s8(vget_high_s8(a16))};

@@ -323,7 +323,7 @@ static void requant16(int32_t *acc, int8_t *y, int n, int32_t mult, int32_t shif
         const __m256i mu = _mm256_set1_epi32(mult), zp = _mm256_set1_epi32(p->y_zp);
         const __m256i lo = _mm256_set1_epi32(p->qmin), hi = _mm256_set1_epi32(p->qmax);
         for (j = 0; j < 16; j += 8) {
-            __m256i v = es_mulq8_avx2(_mm256_loadu_si256((const __m256i *)(acc + j)), mu, -shift);
+            __m256i v = es_mulq8_avx2(_mm256_loadu_si256((const __m256i *)(acc + j)), mu, shift);
             v = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(v, zp), lo), hi);
             _mm256_storeu_si256((__m256i *)(acc + j), v);
         }

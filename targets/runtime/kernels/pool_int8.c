@@ -24,6 +24,26 @@ void es_maxpool2d_i8(const int8_t *x, int8_t *y, const es_pool_params *p) {
     }
 }
 
+/* sum * real / count, rounded once (half away from zero) like es_mul_q: mult/shift encode
+ * x_scale / y_scale. Dividing es_mul_q's already rounded result by count would round twice
+ * and miss the exact value by 1 LSB on a few percent of outputs. The 64-bit denominator
+ * count * 2^(31 - shift) must stay below 2^62; when it would not (tiny multipliers, huge
+ * windows) low bits of the numerator are dropped first, moving the result by far less
+ * than one LSB. */
+static int32_t avg_q(int32_t sum, int count, int32_t mult, int32_t shift) {
+    int64_t num = (int64_t)sum * mult, den;
+    int total = 31 - shift, bits = 0;
+    while ((count >> bits) > 0) ++bits; /* count < 2^bits */
+    while (total + bits > 62) {
+        num /= 2;
+        --total;
+    }
+    den = (int64_t)count << total;
+    num += num >= 0 ? den / 2 : -(den / 2);
+    num /= den; /* truncates toward zero: with the half added away from zero, rounds */
+    return num > INT32_MAX ? INT32_MAX : (num < INT32_MIN ? INT32_MIN : (int32_t)num);
+}
+
 void es_avgpool2d_i8(const int8_t *x, int8_t *y, const es_pool_params *p) {
     int c, oh, ow, ih, iw;
     for (c = 0; c < p->C; ++c) {
@@ -38,9 +58,7 @@ void es_avgpool2d_i8(const int8_t *x, int8_t *y, const es_pool_params *p) {
                 int32_t s = 0, q;
                 for (ih = a0; ih < a1; ++ih)
                     for (iw = b0; iw < b1; ++iw) s += (int32_t)xc[ih * p->W + iw] - p->x_zp;
-                /* mult/shift encode x_scale / y_scale; divide by count with rounding */
-                q = es_mul_q(s, p->mult, p->shift);
-                q = count > 0 ? (q >= 0 ? (q + count / 2) / count : -((-q + count / 2) / count)) : 0;
+                q = count > 0 ? avg_q(s, count, p->mult, p->shift) : 0;
                 *y++ = es_sat8(q + p->y_zp, -128, 127);
             }
         }

@@ -1,0 +1,29 @@
+/* Reads lines "x mult shift" from stdin and prints es_mul_q(x, mult, shift) and, for
+ * shift <= 0, the SIMD form built for this target (the scalar value again when none), so
+ * the test can hold both against exactly rounded rational arithmetic. */
+#include <stdio.h>
+#include "edgesmith_rt.h"
+#include "es_simd.h"
+
+static int32_t simd(int32_t x, int32_t mult, int32_t shift) {
+#if defined(__AVX2__)
+    int32_t out[8];
+    _mm256_storeu_si256((__m256i *)out, es_mulq8_avx2(_mm256_set1_epi32(x),
+                                                      _mm256_set1_epi32(mult), shift));
+    return out[5]; /* an odd lane: the even ones take the other branch of the blend */
+#elif defined(__ARM_NEON)
+    return vgetq_lane_s32(es_mulq4_neon(vdupq_n_s32(x), mult, shift), 3);
+#else
+    return es_mul_q(x, mult, shift);
+#endif
+}
+
+int main(void) {
+    long x, mult, shift;
+    while (scanf("%ld %ld %ld", &x, &mult, &shift) == 3) {
+        const int32_t s = es_mul_q((int32_t)x, (int32_t)mult, (int32_t)shift);
+        printf("%ld %ld\n", (long)s, (long)(shift <= 0 ? simd((int32_t)x, (int32_t)mult,
+                                                                   (int32_t)shift) : s));
+    }
+    return 0;
+}
