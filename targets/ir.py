@@ -9,8 +9,8 @@ produce no step: their output is a view of the input buffer with another shape.
 The batch axis: a dynamic leading dimension is fixed to 1 (the Python runner loops over
 the batch); a model with fully static shapes runs at exactly those shapes.
 
-Per-op lowering lives in the ``lower`` package (one module per op family) and in
-``ops_int8.py``; this module holds the data structures, constant folding and the driver.
+Per-op lowering lives in the ``lower`` package, one module per op family (INT8 in
+``lower/int8.py``); this module holds the data structures, constant folding and the driver.
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def supported_ops() -> set[str]:
 
 
 def _load_ops() -> None:
-    from . import lower, ops_int8  # noqa: F401  (registers lowerers)
+    from . import lower  # noqa: F401  (registers lowerers)
 
 
 def c_ident(name: str) -> str:
@@ -247,7 +247,7 @@ class Lowerer:
         v = self.value(name)
         if not v.deq:
             return v
-        from .ops_int8 import materialize_dequant
+        from .lower.int8 import materialize_dequant
 
         return materialize_dequant(self, name, v)
 
@@ -396,7 +396,7 @@ def lower(path_or_model, precision: str = "fp32") -> Graph:
     model = path_or_model
     if isinstance(path_or_model, (str, Path)):
         model = load_model(Path(path_or_model))
-    from .ops_int8 import shift_uint8_to_int8
+    from .lower.int8 import shift_uint8_to_int8
 
     if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node):
         import copy

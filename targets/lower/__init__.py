@@ -2,9 +2,10 @@
 
 The float lowerers outgrew one file; split by family, a family can be read and changed
 without scrolling past the others, and ``common`` holds what two or more of them (and
-the INT8 lowering) share. Importing this package is what registers the lowerers: each
-module's ``@lowers`` decorators fill ``ir.LOWER`` at import time. ``ir._load_ops`` imports
-it lazily because these modules import ``ir`` themselves.
+the INT8 lowering, ``int8``) share. Importing this package is what registers the
+lowerers: each module's ``@lowers`` decorators (and ``int8``'s table updates) fill
+``ir.LOWER`` / ``ir.LOWER_INT8`` at import time. ``ir._load_ops`` imports it lazily
+because these modules import ``ir`` themselves.
 """
 
-from . import conv, elementwise, linear, normalize, pool, resize, shape  # noqa: F401
+from . import conv, elementwise, int8, linear, normalize, pool, resize, shape  # noqa: F401

@@ -59,13 +59,13 @@ def conv(L: Lowerer, node) -> None:
     wt = L.const_tensor(node.name + "_w" if node.name else out + "_w", w, "f32")
     bt = L.const_tensor(node.name + "_b" if node.name else out + "_b", b, "f32")
     params = conv_params(c, sp, m, osp, kk, ss, pp, dd, group, code, a0, a1)
-    from .. import ops_int8  # KERNEL: "reference" switches both precisions to the oracle
+    from . import int8  # KERNEL: "reference" switches both precisions to the oracle
 
     fn, scratch = "es_conv2d_f32", 0
-    if ops_int8.KERNEL != "reference" and group == 1:
+    if int8.KERNEL != "reference" and group == 1:
         # im2col tiles of 32 pixels + 4x16 FMA micro-kernel (ES_F32_GEMM_SCRATCH)
         fn, scratch = "es_conv2d_f32_gemm", 4 * 32 * c * kk[0] * kk[1]
-    elif ops_int8.KERNEL != "reference" and group == c == m:
+    elif int8.KERNEL != "reference" and group == c == m:
         hp = (osp[0] - 1) * ss[0] + (kk[0] - 1) * dd[0] + 1
         wp = (osp[1] - 1) * ss[1] + (kk[1] - 1) * dd[1] + 1
         fn, scratch = "es_dwconv2d_f32", 4 * hp * wp + 64

@@ -21,8 +21,8 @@ import math
 
 import numpy as np
 
-from .ir import LOWER, LOWER_INT8, Call, Lowerer, Ref, Value
-from .lower.common import as2d, clip_bounds, conv_pads, conv_params, pool_geometry, prod
+from ..ir import LOWER, LOWER_INT8, Call, Lowerer, Ref, Value
+from .common import as2d, clip_bounds, conv_pads, conv_params, pool_geometry, prod
 
 # "fast" (default): es_conv2d_i8_gemm (one group) / es_conv2d_i8_fast (grouped);
 # "reference": es_conv2d_i8 only (the oracle; tests switch it with ``reference_kernels()``)
@@ -153,7 +153,7 @@ def materialize_dequant(L: Lowerer, name: str, v: Value) -> Value:
 
 
 def _step(name, op, ins, outs, calls, scratch=0):
-    from .ir import Step
+    from ..ir import Step
 
     return Step(name, op, ins, outs, calls, False, scratch)
 
@@ -162,7 +162,7 @@ def _step(name, op, ins, outs, calls, scratch=0):
 def quantize_linear(L: Lowerer, node) -> bool:
     qp = _qparams(L, node)
     if qp is None:
-        from .lower.common import unsupported
+        from .common import unsupported
 
         raise unsupported(node, "per-axis or non-int8 activation quantization")
     scale, zp = qp
@@ -191,7 +191,7 @@ def dequantize_linear(L: Lowerer, node) -> bool:
     t = L.tensors[v.tensor]
     qp = _qparams(L, node)
     if t.dtype != "i8" or qp is None:
-        from .lower.common import unsupported
+        from .common import unsupported
 
         raise unsupported(node, "dequantizing a non-int8 or per-axis activation")
     scale, zp = qp
