@@ -2,10 +2,12 @@
  * print one JSON line of latency figures.
  *
  *   edgesmith_bench [--weights F] [--input in.raw] [--output out.raw] [--runs N]
- *                   [--warmup W] [--slice K] [--sleep-us S] [--sysfs ROOT]
+ *                   [--warmup W] [--slice K] [--sleep-us S] [--sysfs ROOT] [--profile]
  *
  * Input: every model input back to back, raw little-endian float32 in the model's layout;
- * output likewise. Memory: arena and I/O buffers are static; no allocation at all. */
+ * output likewise. Memory: arena and I/O buffers are static; no allocation at all.
+ * --profile adds "steps": the mean time of every step (op, node name) over the timed runs,
+ * measured by the after_step hook, so a slow layer is found on the device itself. */
 #if !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200112L
 #endif
@@ -77,7 +79,30 @@ static int feed(es_model *m) {
     return ES_OK;
 }
 
-static int run_once(es_model *m, int slice, uint32_t sleep_us) {
+/* --profile: time spent in each step over the timed runs, through the after_step hook */
+static uint64_t step_ns[ES_NUM_STEPS > 0 ? ES_NUM_STEPS : 1];
+static const char *step_op[ES_NUM_STEPS > 0 ? ES_NUM_STEPS : 1];
+static const char *step_name[ES_NUM_STEPS > 0 ? ES_NUM_STEPS : 1];
+
+static void on_step(void *user, int index, const char *op, const char *name,
+                    uint64_t elapsed_ns) {
+    (void)user;
+    if (index < 0 || index >= ES_NUM_STEPS) return;
+    step_ns[index] += elapsed_ns;
+    step_op[index] = op;
+    step_name[index] = name;
+}
+
+/* a JSON string body: quotes, backslashes and control characters escaped */
+static void print_json_text(const char *t) {
+    for (; t && *t; ++t) {
+        if (*t == '"' || *t == '\\') printf("\\%c", *t);
+        else if ((unsigned char)*t < 0x20) printf("\\u%04x", (unsigned)(unsigned char)*t);
+        else putchar(*t);
+    }
+}
+
+static int run_once(es_model *m, int slice, uint32_t sleep_us, const es_hooks *hooks) {
     int rc = feed(m);
     if (rc != ES_OK) return rc;
     if (slice > 0 || sleep_us > 0) {
@@ -85,14 +110,15 @@ static int run_once(es_model *m, int slice, uint32_t sleep_us) {
         d.max_steps = slice;
         d.run_us = 0;
         d.sleep_us = sleep_us;
-        return es_run_duty(m, &d, NULL);
+        return es_run_duty(m, &d, hooks);
     }
-    return es_run(m, NULL);
+    return es_run(m, hooks);
 }
 
 int main(int argc, char **argv) {
     const char *weights = NULL, *input = NULL, *output = NULL, *sysfs = "/sys";
-    int runs = 50, warmup = 5, slice = 0, i, rc, energy_ok;
+    int runs = 50, warmup = 5, slice = 0, profile = 0, i, rc, energy_ok;
+    es_hooks prof_hooks = {NULL, on_step, NULL};
     uint32_t sleep_us = 0;
     uint64_t e0 = 0, e1 = 0, erange = 0;
     es_model m;
@@ -106,9 +132,11 @@ int main(int argc, char **argv) {
         else if (i + 1 < argc && strcmp(argv[i], "--sleep-us") == 0)
             sleep_us = (uint32_t)strtoul(argv[++i], NULL, 10);
         else if (i + 1 < argc && strcmp(argv[i], "--sysfs") == 0) sysfs = argv[++i];
+        else if (strcmp(argv[i], "--profile") == 0) profile = 1;
         else {
             fprintf(stderr, "usage: %s [--weights F] [--input in.raw] [--output out.raw] "
-                            "[--runs N] [--warmup W] [--slice K] [--sleep-us S] [--sysfs ROOT]\n",
+                            "[--runs N] [--warmup W] [--slice K] [--sleep-us S] [--sysfs ROOT] "
+                            "[--profile]\n",
                     argv[0]);
             return 2;
         }
@@ -132,7 +160,7 @@ int main(int argc, char **argv) {
     }
     if (output) { /* the output of the given input, before any timing */
         FILE *f;
-        rc = run_once(&m, slice, 0);
+        rc = run_once(&m, slice, 0, NULL);
         if (rc != ES_OK) {
             fprintf(stderr, "error: run: %s\n", es_strerror(rc));
             return 1;
@@ -149,11 +177,11 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    for (i = 0; i < warmup; ++i) run_once(&m, slice, sleep_us);
+    for (i = 0; i < warmup; ++i) run_once(&m, slice, sleep_us, NULL);
     energy_ok = es_rapl_read_uj(sysfs, 0, &e0, &erange) == ES_OK;
     for (i = 0; i < runs; ++i) {
         uint64_t t0 = es_now_ns();
-        rc = run_once(&m, slice, sleep_us);
+        rc = run_once(&m, slice, sleep_us, profile ? &prof_hooks : NULL);
         lat_ms[i] = (double)(es_now_ns() - t0) / 1e6;
         if (rc != ES_OK) {
             fprintf(stderr, "error: run: %s\n", es_strerror(rc));
@@ -169,9 +197,21 @@ int main(int argc, char **argv) {
            (unsigned)ES_ARENA_BYTES, (unsigned)ES_WEIGHTS_BYTES, runs, warmup, slice,
            peak_rss_kb());
     if (energy_ok)
-        printf("%.9f}\n", (double)es_energy_delta_uj(e0, e1, erange) / 1e6 / (double)runs);
+        printf("%.9f", (double)es_energy_delta_uj(e0, e1, erange) / 1e6 / (double)runs);
     else
-        printf("null}\n");
+        printf("null");
+    if (profile) { /* mean per step; the hooks' own cost is included in latency_ms */
+        printf(", \"steps\": [");
+        for (i = 0; i < ES_NUM_STEPS; ++i) {
+            printf("%s{\"index\": %d, \"op\": \"", i ? ", " : "", i);
+            print_json_text(step_op[i]);
+            printf("\", \"name\": \"");
+            print_json_text(step_name[i]);
+            printf("\", \"mean_us\": %.3f}", (double)step_ns[i] / 1e3 / (double)runs);
+        }
+        printf("]");
+    }
+    printf("}\n");
     es_deinit(&m);
     return 0;
 }

@@ -121,3 +121,18 @@ def test_bench_prints_one_json_line(digits_c):
     assert out["runs"] == 20 and out["arena_bytes"] > 0 and out["weights_bytes"] > 0
     assert out["energy_j_per_inference"] is None  # no RAPL in this sandbox
     assert out["peak_rss_kb"] > 0
+    assert "steps" not in out
+
+
+def test_bench_profile_reports_every_step_by_op_and_node_name(digits_c_int8):
+    import re
+
+    out = run.run_bench(digits_c_int8 / "edgesmith_bench", ["--runs", "50", "--profile"],
+                        cwd=digits_c_int8)
+    model_c = (digits_c_int8 / "model.c").read_text()
+    n_steps = int(re.search(r"#define ES_NUM_STEPS (\d+)",
+                            (digits_c_int8 / "model.h").read_text()).group(1))
+    assert [s["index"] for s in out["steps"]] == list(range(n_steps))
+    assert all(f'"{s["name"]}"' in model_c for s in out["steps"])  # the ONNX node names
+    assert {"Conv", "Add", "Gemm"} <= {s["op"] for s in out["steps"]}
+    assert all(s["mean_us"] >= 0 for s in out["steps"])
