@@ -1,6 +1,6 @@
 """INT8 Add/Sub: the AVX2 / NEON paths of es_add_i8 are bit-identical to the per-element
 reference es_add_i8_ref on random lengths, zero points, scales and fused clamps (same
-shapes only: the int8 lowering does not broadcast)."""
+shapes; broadcasting, es_add_i8_bcast, is checked in test_int8_broadcast)."""
 
 from __future__ import annotations
 
