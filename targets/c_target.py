@@ -95,7 +95,8 @@ class CTarget(Target):
         out = Path(ctx.out_dir)
         kw = dict(precision=precision, embedded=opts.weights == "embedded", cc=opts.cc,
                   cflags=opts.cflags, ldflags=opts.ldflags, alignment=opts.alignment,
-                  name=getattr(ctx.profile, "name", "model"))
+                  name=getattr(ctx.profile, "name", "model"), deploy_cc=opts.cross_cc,
+                  deploy_cflags=opts.cross_cflags)
         ctx.log(f"c: lowering {src} ({precision}, {source})")
         try:
             gen = codegen.from_onnx(src, out, **kw)

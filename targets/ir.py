@@ -129,12 +129,13 @@ def c_ident(name: str) -> str:
 
 
 class Lowerer:
-    def __init__(self, model, precision: str):
+    def __init__(self, model, precision: str, isa: frozenset[str] = frozenset()):
         import onnx
 
         self.onnx = onnx
         self.model = model
         self.precision = precision
+        self.isa = isa  # macros the deploying compiler predefines (targets/isa.py)
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
                           17)
         g = model.graph
@@ -390,9 +391,11 @@ def load_model(path: Path):
     return model
 
 
-def lower(path_or_model, precision: str = "fp32") -> Graph:
+def lower(path_or_model, precision: str = "fp32", isa: frozenset[str] = frozenset()) -> Graph:
     """ONNX (path or ModelProto) -> Graph. ``precision='int8'`` turns QDQ patterns into
-    quantized kernels; anything else runs in float between dequantize/quantize steps."""
+    quantized kernels; anything else runs in float between dequantize/quantize steps.
+    ``isa``: the deploying compiler's predefined macros, where a kernel's weight packing
+    depends on its instructions (isa.macros)."""
     model = path_or_model
     if isinstance(path_or_model, (str, Path)):
         model = load_model(Path(path_or_model))
@@ -403,7 +406,7 @@ def lower(path_or_model, precision: str = "fp32") -> Graph:
 
         model = copy.deepcopy(model) if model is path_or_model else model
         shift_uint8_to_int8(model)
-    return Lowerer(model, precision).run()
+    return Lowerer(model, precision, isa).run()
 
 
 def unsupported_nodes(path_or_model) -> list[tuple[str, str]]:

@@ -6,7 +6,7 @@ whose output goes (through an optional Relu/Clip) into a ``QuantizeLinear`` beco
 integer kernel writing the Q's int8 tensor:
 
     DQ(x) -> Conv(DQ(w), DQ(b)) [-> Relu] -> Q   =>   es_conv2d_i8
-    DQ(a), DQ(b) -> Add -> Q                        =>   es_add_i8
+    DQ(a), DQ(b) -> Add | Sub | Mul -> Q            =>   int8_eltwise.py (broadcasting)
     DQ(x) -> GlobalAveragePool / MaxPool -> Q       =>   es_global_avgpool_i8 / es_maxpool2d_i8
     DQ(x) -> Gemm | MatMul(DQ(w)) -> Q              =>   es_fc_i8
 
@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from ..ir import LOWER, LOWER_INT8, Call, Lowerer, Ref, Value
+from ..isa import VNNI
 from .common import as2d, clip_bounds, conv_pads, conv_params, pool_geometry, prod
 
 # "fast" (default): es_conv2d_i8_gemm (one group) / es_conv2d_i8_fast (grouped);
@@ -277,12 +278,15 @@ def _requant_tables(L, node, s_x, s_w, s_y, m):
     return mult, shift
 
 
-def _bias_i32(L, node, idx, s_x, s_w, m) -> str:
+def _bias_values(L, node, idx, s_x, s_w, m) -> np.ndarray:
     b = L.const(node.input[idx]) if len(node.input) > idx and node.input[idx] else None
     b = np.zeros(m, np.float64) if b is None else b.astype(np.float64).reshape(-1)
     bq = np.round(np.broadcast_to(b, (m,)) / (float(s_x) * np.broadcast_to(s_w, (m,))))
-    return L.const_tensor(node.name + "_bias", np.clip(bq, -2**31, 2**31 - 1).astype(np.int32),
-                          "i32")
+    return np.clip(bq, -2**31, 2**31 - 1).astype(np.int32)
+
+
+def _bias_i32(L, node, idx, s_x, s_w, m) -> str:
+    return L.const_tensor(node.name + "_bias", _bias_values(L, node, idx, s_x, s_w, m), "i32")
 
 
 # -- quantized ops ---------------------------------------------------------------------------
@@ -312,13 +316,22 @@ def conv_i8(L: Lowerer, node) -> bool:
     qmin, qmax = _act_range(L, act, s_y, zp_y)
     y = _out_tensor(L, qnode, oshape)
     group = int(a.get("group", 1))
-    bt = _bias_i32(L, node, 2, tx.scale, s_w, m)
+    bias = _bias_values(L, node, 2, tx.scale, s_w, m)
     mult, shift = _requant_tables(L, node, tx.scale, s_w, s_y, m)
     params = conv_params(c, sp, m, osp, kk, ss, pp, dd, group, 0, 0.0, 0.0,
                          x_zp=tx.zero_point, y_zp=zp_y, qmin=qmin, qmax=qmax)
     plane = osp[0] * osp[1]
     if KERNEL == "reference":
         fn, wt, scratch = "es_conv2d_i8", L.const_tensor(node.name + "_w", w, "i8"), 4 * plane
+    elif group == 1 and L.isa >= VNNI and (dot := _dot_operands(w.reshape(m, c, *kk), bias,
+                                                                 tx.zero_point)):
+        # u8 x s8 dot-product GEMM (vpdpbusd): int8 weights tap-major in channel quads, the
+        # u8 shift folded into the bias; scratch: one im2col tile + the padded HWC input
+        fn, wt = "es_conv2d_i8_dot", L.const_tensor(node.name + "_w4", dot[0], "i8")
+        hp = (osp[0] - 1) * ss[0] + (kk[0] - 1) * dd[0] + 1
+        wp = (osp[1] - 1) * ss[1] + (kk[1] - 1) * dd[1] + 1
+        c4 = (c + 3) // 4
+        bias, scratch = dot[1], 64 * kk[0] * kk[1] * c4 + 4 * hp * wp * c4
     elif group == 1:
         # im2col tiles + a 4x16 register-blocked GEMM; weights packed as int16 pairs over
         # C*KH*KW for madd / vmlal; scratch = one int16 im2col tile of KB2 pairs, plus int32
@@ -330,16 +343,31 @@ def conv_i8(L: Lowerer, node) -> bool:
         fn, wt = "es_dwconv2d_i8", L.const_tensor(node.name + "_w", w, "i8")
         hp = (osp[0] - 1) * ss[0] + (kk[0] - 1) * dd[0] + 1
         wp = (osp[1] - 1) * ss[1] + (kk[1] - 1) * dd[1] + 1
-        scratch = 4 * plane + 2 * hp * wp + 64
+        scratch = 4 * osp[0] * wp + 2 * hp * wp + 2 * (hp + 1) * (wp + 1) + 64  # as in C
     else:
         fn, wt = "es_conv2d_i8_fast", L.const_tensor(node.name + "_w", w, "i8")
         scratch = 16 * plane + 2 * c * sp[0] * sp[1] + 4
+    bt = L.const_tensor(node.name + ("_bias_u8" if fn == "es_conv2d_i8_dot" else "_bias"),
+                        bias, "i32")
     calls = [Call(fn, [Ref(x.tensor, i * c * sp[0] * sp[1]), Ref(wt), Ref(bt),
                        Ref(mult), Ref(shift), Ref("__scratch"),
                        Ref(y, i * m * plane), params]) for i in range(n)]
     L.add_step(node, [x.tensor], [y], calls, scratch=scratch)
     _finish(L, qnode, act, y, oshape)
     return True
+
+
+def _dot_operands(w: np.ndarray, bias: np.ndarray, x_zp: int):
+    """(weights [M][KH][KW][C4*4] int8, bias_u8) for es_conv2d_i8_dot, or None when the
+    folded bias bias - (x_zp + 128) * sum w or the u8 x s8 sums could leave int32."""
+    m, c, kh, kw = w.shape
+    c4 = (c + 3) // 4
+    w4 = np.zeros((m, kh, kw, c4 * 4), np.int8)
+    w4[..., :c] = w.transpose(0, 2, 3, 1)
+    bu = bias.astype(np.int64) - (int(x_zp) + 128) * w.reshape(m, -1).astype(np.int64).sum(1)
+    if np.abs(bu).max(initial=0) >= 2**31 or 255 * 127 * kh * kw * c4 * 4 >= 2**31:
+        return None
+    return w4, bu.astype(np.int32)
 
 
 def fc_i8(L: Lowerer, node) -> bool:
@@ -387,32 +415,6 @@ def gemm_i8_scratch(k: int, m: int) -> int:
     k2 = (k + 1) // 2
     kb2 = 64 if k2 > 64 and 64 + m < k2 else k2
     return 64 * kb2 + (64 * m if kb2 < k2 else 0)
-
-
-def add_i8(L: Lowerer, node) -> bool:
-    va, vb = _deq_input(L, node.input[0]), _deq_input(L, node.input[1])
-    pat = _q_after(L, node.output[0])
-    if va is None or vb is None or pat is None or va.shape != vb.shape:
-        return False
-    qnode, act = pat
-    ta, tb = L.tensors[va.tensor], L.tensors[vb.tensor]
-    s_y, zp_y = _qparams(L, qnode)
-    sa, sb = float(ta.scale), float(tb.scale)
-    left = 20
-    twice_max = 2 * max(sa, sb)
-    am, ash = quantize_multiplier(sa / twice_max)
-    bm, bsh = quantize_multiplier(sb / twice_max)
-    ym, ysh = quantize_multiplier(twice_max / ((1 << left) * s_y))
-    qmin, qmax = _act_range(L, act, s_y, zp_y)
-    y = _out_tensor(L, qnode, va.shape)
-    params = {"__struct__": "es_qadd_params", "a_zp": ta.zero_point, "b_zp": tb.zero_point,
-              "y_zp": zp_y, "left_shift": left, "a_mult": am, "a_shift": ash, "b_mult": bm,
-              "b_shift": bsh, "y_mult": ym, "y_shift": ysh, "qmin": qmin, "qmax": qmax,
-              "sub": int(node.op_type == "Sub")}
-    L.add_step(node, [va.tensor, vb.tensor], [y], [Call("es_add_i8", [
-        Ref(va.tensor), Ref(vb.tensor), Ref(y), prod(va.shape), params])])
-    _finish(L, qnode, act, y, va.shape)
-    return True
 
 
 def gap_i8(L: Lowerer, node) -> bool:
@@ -476,6 +478,6 @@ def act_i8(L: Lowerer, node) -> bool:
     return True
 
 
-LOWER_INT8.update({"Conv": conv_i8, "Gemm": fc_i8, "MatMul": fc_i8, "Add": add_i8,
-                   "Sub": add_i8, "GlobalAveragePool": gap_i8, "MaxPool": pool_i8,
+LOWER_INT8.update({"Conv": conv_i8, "Gemm": fc_i8, "MatMul": fc_i8,
+                   "GlobalAveragePool": gap_i8, "MaxPool": pool_i8,
                    "AveragePool": pool_i8, "Relu": act_i8, "Clip": act_i8})

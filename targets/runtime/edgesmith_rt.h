@@ -110,6 +110,16 @@ typedef struct { /* TFLite-style int8 add/sub */
     int32_t a_mult, a_shift, b_mult, b_shift, y_mult, y_shift, qmin, qmax, sub;
 } es_qadd_params;
 
+typedef struct { /* es_add_i8_bcast: the add/sub parameters and the merged broadcast */
+    es_qadd_params q;
+    es_bcast bc;
+} es_qadd_bcast_params;
+
+typedef struct { /* TFLite-style int8 mul; bc is one contiguous dim when shapes match */
+    int32_t a_zp, b_zp, y_zp, mult, shift, qmin, qmax;
+    es_bcast bc;
+} es_qmul_params;
+
 /* activations fused into conv/gemm */
 #define ES_ACT_NONE 0
 #define ES_ACT_RELU 1
@@ -177,7 +187,7 @@ void es_pointwise_i8(const int8_t *x, const int32_t *wp, const int32_t *bias,
                      const es_conv_params *p);
 /* one-group conv as im2col + blocked GEMM; wp = int16 pairs of w.reshape(M, C*KH*KW) */
 /* pairs per reduction block: all K2 when short, else 64 pairs (128 taps) with an int32
- * [M][16] partial-sum buffer, whichever scratch is smaller (same rule in ops_int8.py) */
+ * [M][16] partial-sum buffer, whichever scratch is smaller (same rule in lower/int8.py) */
 #define ES_I8_GEMM_KB2(K2, M) (((K2) > 64 && 64 + (M) < (K2)) ? 64 : (K2))
 #define ES_I8_GEMM_SCRATCH(K, M)                                                          \
     (64u * (unsigned)ES_I8_GEMM_KB2(((K) + 1) / 2, (M)) +                                 \
@@ -185,9 +195,21 @@ void es_pointwise_i8(const int8_t *x, const int32_t *wp, const int32_t *bias,
 void es_conv2d_i8_gemm(const int8_t *x, const int32_t *wp, const int32_t *bias,
                        const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
                        const es_conv_params *p);
-/* depthwise (group == C == M); scratch: int32 plane + int16 zero-padded input plane */
+/* one group, u8 x s8 dot-product GEMM (AVX-512 VNNI; plain C elsewhere); w4:
+ * [M][KH][KW][C4*4] int8 (C4 = ceil(C/4)), bias_u8 = bias - (x_zp + 128) * row sums of w;
+ * scratch: one im2col tile of KH*KW*C4 x 16 words, then the padded HWC input (HP x WP as
+ * for depthwise) */
+#define ES_I8_DOT_SCRATCH(C, KH, KW, HP, WP)                                              \
+    (64u * (unsigned)(KH) * (unsigned)(KW) * (((unsigned)(C) + 3u) / 4u) +                  \
+     4u * (unsigned)(HP) * (unsigned)(WP) * (((unsigned)(C) + 3u) / 4u))
+void es_conv2d_i8_dot(const int8_t *x, const int8_t *w4, const int32_t *bias_u8,
+                      const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
+                      const es_conv_params *p);
+/* depthwise (group == C == M); scratch: int32 sums over OH padded rows of WP, the int16
+ * zero-padded input plane, and its 4 stride-2 phases (OW is kept for callers) */
 #define ES_I8_DW_SCRATCH(OH, OW, HP, WP) \
-    (4u * (unsigned)(OH) * (unsigned)(OW) + 2u * (unsigned)(HP) * (unsigned)(WP) + 64u)
+    (4u * (unsigned)(OH) * (unsigned)(WP) + 2u * (unsigned)(HP) * (unsigned)(WP) +          \
+     2u * ((unsigned)(HP) + 1u) * ((unsigned)(WP) + 1u) + 64u)
 void es_dwconv2d_i8(const int8_t *x, const int8_t *w, const int32_t *bias,
                     const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
                     const es_conv_params *p);
@@ -198,6 +220,19 @@ void es_add_i8(const int8_t *a, const int8_t *b, int8_t *y, int n, const es_qadd
 /* the plain per-element loop es_add_i8's SIMD paths are tested against */
 void es_add_i8_ref(const int8_t *a, const int8_t *b, int8_t *y, int n,
                    const es_qadd_params *p);
+/* Add / Sub with NumPy broadcasting through p->bc (lower.common.bcast_params: adjacent
+ * dims that broadcast alike merged, so the innermost stride of each side is 1 or 0). The
+ * broadcast operand is never materialised: each innermost run is es_add_i8's contiguous
+ * loop or one input against a single repeated element of the other. y may be a full-shape
+ * input. es_add_i8_bcast_ref is the per-element oracle over the same stride table. */
+void es_add_i8_bcast(const int8_t *a, const int8_t *b, int8_t *y,
+                     const es_qadd_bcast_params *p);
+void es_add_i8_bcast_ref(const int8_t *a, const int8_t *b, int8_t *y,
+                         const es_qadd_bcast_params *p);
+/* Mul: y = (a - a_zp) * (b - b_zp) rescaled by s_a * s_b / s_y, + y_zp, clamped; same
+ * broadcasting and runs as es_add_i8_bcast; es_mul_i8_ref is its per-element oracle. */
+void es_mul_i8(const int8_t *a, const int8_t *b, int8_t *y, const es_qmul_params *p);
+void es_mul_i8_ref(const int8_t *a, const int8_t *b, int8_t *y, const es_qmul_params *p);
 void es_requant_i8(const int8_t *x, int8_t *y, int n, int x_zp, int y_zp, int32_t mult,
                    int32_t shift, int qmin, int qmax);
 void es_maxpool2d_i8(const int8_t *x, int8_t *y, const es_pool_params *p);
@@ -212,7 +247,7 @@ void es_global_avgpool_i8(const int8_t *x, int8_t *y, int C, int HW, int x_zp, i
  * rounds twice (a doubling high multiply, then a rounding shift) and lands 1 LSB off the
  * exactly rounded value on ~0.1-0.5% of outputs; across 28 layers of MobileNetV2 that drift
  * left only 21% of outputs within 1 LSB of onnxruntime, whose integer kernels round once.
- * Needs mult >= 0 and shift in [-31, 30] (ops_int8.quantize_multiplier guarantees both). */
+ * Needs mult >= 0 and shift in [-31, 30] (lower.int8.quantize_multiplier guarantees both). */
 static inline int32_t es_mul_q(int32_t x, int32_t mult, int32_t shift) {
     const int total = 31 - shift;
     int64_t v = (int64_t)x * (int64_t)mult + ((int64_t)1 << (total - 1));

@@ -1,10 +1,28 @@
 /* SIMD forms of the fixed-point requantisation in edgesmith_rt.h, shared by the int8
- * kernels. Each is bit-identical to its scalar oracle (es_mul_q with shift <= 0, i.e. no
- * left shift, and mult >= 0); callers check those conditions and fall back to the scalar
- * path otherwise. Only the block for the target's ISA is compiled. */
+ * kernels. Each is bit-identical to its scalar oracle es_mul_q. The AVX2 and NEON forms
+ * need shift <= 0 (no left shift) and mult >= 0; callers check those conditions and fall
+ * back to the scalar path otherwise. The AVX-512 form takes any multiplier. */
 #ifndef ES_SIMD_H
 #define ES_SIMD_H
 #include "edgesmith_rt.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+/* es_mul_q on 16 lanes for any shift, bit-identical to the scalar: AVX-512 has the 64-bit
+ * arithmetic shift and min/max AVX2 lacks, so the products are rounded, shifted and
+ * saturated to int32 in 64 bits and the low words kept. */
+static inline __m512i es_mulq16_avx512(__m512i x, int32_t mult, int32_t shift) {
+    const __m128i total = _mm_cvtsi32_si128(31 - shift);
+    const __m512i mu = _mm512_set1_epi32(mult);
+    const __m512i half = _mm512_set1_epi64((int64_t)1 << (30 - shift));
+    const __m512i lo = _mm512_set1_epi64(INT32_MIN), hi = _mm512_set1_epi64(INT32_MAX);
+    __m512i even = _mm512_add_epi64(_mm512_mul_epi32(x, mu), half);
+    __m512i odd = _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(x, 32), mu), half);
+    even = _mm512_min_epi64(_mm512_max_epi64(_mm512_sra_epi64(even, total), lo), hi);
+    odd = _mm512_min_epi64(_mm512_max_epi64(_mm512_sra_epi64(odd, total), lo), hi);
+    return _mm512_mask_blend_epi32((__mmask16)0xAAAA, even, _mm512_slli_epi64(odd, 32));
+}
+#endif
 
 #if defined(__AVX2__)
 #include <immintrin.h>

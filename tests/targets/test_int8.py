@@ -120,3 +120,41 @@ def test_uint8_shift_preserves_every_quantized_value():
     assert numpy_helper.to_array(m2.graph.initializer[-1]).dtype == np.int8
     after = ReferenceEvaluator(m2).run(None, {"x": x})[0]
     np.testing.assert_array_equal(before, after)
+
+
+VNNI_FLAGS = "-O2 -mavx512f -mavx512bw -mavx512vl -mavx512vnni"
+
+
+def _cpu_has_vnni() -> bool:
+    from pathlib import Path
+
+    try:
+        return "avx512_vnni" in Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _cpu_has_vnni(), reason="this CPU has no AVX-512 VNNI to run it")
+@pytest.mark.parametrize("model", ["digits", "mobilenetv2"])
+def test_vnni_dot_kernel_model_is_bit_identical_to_the_default_kernels(model, work, request):
+    """Generated for a compiler with VNNI, one-group convs use es_conv2d_i8_dot (u8 x s8
+    dot products, weights in channel quads); outputs equal the int16 GEMM build's."""
+    qdq = request.getfixturevalue("digits_qdq" if model == "digits" else "mnv2_qdq")
+    base = generate(qdq, work / f"{model}_base", precision="int8")
+    dot = generate(qdq, work / f"{model}_dot", precision="int8", cflags=VNNI_FLAGS)
+    body = (dot / "model.c").read_text().split("static void run_step")[1]
+    assert "es_conv2d_i8_dot" in body and "es_conv2d_i8_gemm" not in body
+    assert "es_conv2d_i8_dot" not in (base / "model.c").read_text()
+    x = (request.getfixturevalue("digits_splits").val_x[:64] if model == "digits"
+         else request.getfixturevalue("mnv2").sample_data(8, seed=5)[0])
+    assert np.array_equal(run.run(dot, x), run.run(base, x))
+
+
+def test_kernels_are_chosen_by_what_the_deploying_compiler_predefines():
+    from edgesmith.targets import isa
+
+    assert "__x86_64__" in isa.macros("cc", "-O2") or "__aarch64__" in isa.macros("cc")
+    assert isa.has_vnni("cc", VNNI_FLAGS)
+    assert not isa.has_vnni("cc", "-O2 -mno-avx512f")
+    assert not isa.has_vnni("aarch64-linux-gnu-gcc", "-O3")
+    assert isa.macros("no-such-compiler-here") == frozenset()  # falls back to portable picks

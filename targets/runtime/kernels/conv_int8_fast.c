@@ -11,6 +11,8 @@
  * (w[m][c], w[m][c+1]) in one int32, so AVX2 multiplies two channels per instruction with
  * _mm256_madd_epi16; NEON uses widening multiply-accumulate; the portable loop is the
  * fallback. Scratch (from the arena): int16 input copy, then int32 accumulators. */
+#include <string.h>
+
 #include "../edgesmith_rt.h"
 #include "../es_simd.h"
 
@@ -318,6 +320,16 @@ static void mk_i8_4x16(const int16_t *col, int K2, const int32_t *const wr[4],
 static void requant16(int32_t *acc, int8_t *y, int n, int32_t mult, int32_t shift,
                       const es_conv_params *p) {
     int j;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+    if (mult >= 0) {
+        __m512i v = _mm512_add_epi32(es_mulq16_avx512(_mm512_loadu_si512(acc), mult, shift),
+                                     _mm512_set1_epi32(p->y_zp));
+        v = _mm512_max_epi32(v, _mm512_set1_epi32(p->qmin));
+        v = _mm512_min_epi32(v, _mm512_set1_epi32(p->qmax));
+        _mm_mask_storeu_epi8(y, (__mmask16)((1u << n) - 1u), _mm512_cvtepi32_epi8(v));
+        return;
+    }
+#endif
 #if defined(__AVX2__)
     if (shift <= 0 && mult >= 0) {
         const __m256i mu = _mm256_set1_epi32(mult), zp = _mm256_set1_epi32(p->y_zp);
@@ -376,8 +388,9 @@ void es_conv2d_i8_gemm(const int8_t *x, const int32_t *wp, const int32_t *bias,
  * Per channel, the input plane is widened to int16 with the zero point subtracted into a
  * zero-padded buffer (padding == x_zp after the shift, as in the reference), so the tap
  * loops have no bounds checks and run unit-stride along the output row (vectorised at
- * -O3; stride 2 reads every other element). Accumulators for the plane are requantised
- * 16 at a time. Scratch: ES_I8_DW_SCRATCH(p) bytes. */
+ * -O3; stride 2 reads every other element; stride 1 runs each tap over the flattened
+ * plane at once). Accumulators for the plane are requantised 16 at a time.
+ * Scratch: ES_I8_DW_SCRATCH(p) bytes. */
 void es_dwconv2d_i8(const int8_t *x, const int8_t *w, const int32_t *bias,
                     const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
                     const es_conv_params *p) {
@@ -387,8 +400,8 @@ void es_dwconv2d_i8(const int8_t *x, const int8_t *w, const int32_t *bias,
     const int32_t xzp = p->x_zp;
     const int Hp = (OH - 1) * SH + (KH - 1) * DH + 1, Wp = (OW - 1) * SW + (KW - 1) * DW + 1;
     const int plane = OH * OW, ksz = KH * KW;
-    int32_t *acc = scratch;
-    int16_t *xp = (int16_t *)(scratch + plane);
+    int32_t *acc = scratch; /* OH x Wp: the flattened stride-1 sums include dropped columns */
+    int16_t *xp = (int16_t *)(scratch + (size_t)OH * Wp);
     int c, r, i, oh, ow, kh, kw;
     for (c = 0; c < p->C; ++c) {
         const int8_t *xc = x + (size_t)c * H * W;
@@ -407,6 +420,54 @@ void es_dwconv2d_i8(const int8_t *x, const int8_t *w, const int32_t *bias,
             for (i = 0; i < lo; ++i) dst[i] = 0;
             for (i = lo; i < hi; ++i) dst[i] = (int16_t)((int32_t)src[i - PL] - xzp);
             for (i = hi > lo ? hi : lo; i < Wp; ++i) dst[i] = 0;
+        }
+        if (SH == 2 && SW == 2 && DH == 1 && DW == 1) {
+            /* stride 2: the padded plane split into its 4 phases (row parity, column
+             * parity), each Hq x Wq; tap (kh, kw) reads phase (kh & 1, kw & 1) shifted by
+             * (kh >> 1, kw >> 1), so it too is one unit-stride loop over the flattened
+             * output, as for stride 1 */
+            const int Hq = (Hp + 1) / 2, Wq = (Wp + 1) / 2, L = (OH - 1) * Wq + OW;
+            int16_t *ph = xp + (size_t)Hp * Wp; /* after the padded plane, in scratch */
+            memset(ph, 0, (size_t)4 * Hq * Wq * sizeof *ph);
+            for (r = 0; r < Hp; ++r) { /* even columns to one phase, odd to the other */
+                const int16_t *src = xp + (size_t)r * Wp;
+                int16_t *even = ph + ((size_t)((r & 1) * 2) * Hq + (r >> 1)) * Wq;
+                int16_t *odd = even + (size_t)Hq * Wq;
+                for (i = 0; i < Wp / 2; ++i) {
+                    even[i] = src[2 * i];
+                    odd[i] = src[2 * i + 1];
+                }
+                if (Wp & 1) even[Wp / 2] = src[Wp - 1];
+            }
+            for (i = 0; i < L; ++i) acc[i] = bc;
+            for (kh = 0; kh < KH; ++kh)
+                for (kw = 0; kw < KW; ++kw) {
+                    const int32_t wv = wc[kh * KW + kw];
+                    const int16_t *xk = ph + ((size_t)((kh & 1) * 2 + (kw & 1)) * Hq +
+                                              (kh >> 1)) * Wq + (kw >> 1);
+                    for (i = 0; i < L; ++i) acc[i] += wv * (int32_t)xk[i];
+                }
+            for (oh = 1; oh < OH; ++oh)
+                memmove(acc + (size_t)oh * OW, acc + (size_t)oh * Wq, (size_t)OW * sizeof *acc);
+            requant_plane(acc, y + (size_t)c * plane, plane, mult[c], shift[c], p);
+            continue;
+        }
+        if (SH == 1 && SW == 1) {
+            /* stride 1: every tap is one shift of the flattened padded plane, so the sums
+             * run over the whole plane as one long unit-stride loop (columns ow >= OW of
+             * each padded row are computed and dropped), then rows are packed together */
+            const int L = (OH - 1) * Wp + OW;
+            for (i = 0; i < L; ++i) acc[i] = bc;
+            for (kh = 0; kh < KH; ++kh)
+                for (kw = 0; kw < KW; ++kw) {
+                    const int32_t wv = wc[kh * KW + kw];
+                    const int16_t *xk = xp + (size_t)kh * DH * Wp + (size_t)kw * DW;
+                    for (i = 0; i < L; ++i) acc[i] += wv * (int32_t)xk[i];
+                }
+            for (oh = 1; oh < OH; ++oh)
+                memmove(acc + (size_t)oh * OW, acc + (size_t)oh * Wp, (size_t)OW * sizeof *acc);
+            requant_plane(acc, y + (size_t)c * plane, plane, mult[c], shift[c], p);
+            continue;
         }
         for (i = 0; i < plane; ++i) acc[i] = bc;
         for (oh = 0; oh < OH; ++oh) {

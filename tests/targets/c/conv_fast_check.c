@@ -51,6 +51,26 @@ int main(int argc, char **argv) {
         free(gs);
         if (memcmp(y0, y1, ny)) { printf("gemm differs\n"); return 1; }
     }
+    if (p.group == 1) { /* u8 x s8 dot GEMM: weights [M][KH][KW][C4*4], bias with the u8 shift */
+        const int C4 = (p.C + 3) / 4, ksz = p.KH * p.KW;
+        const int hp = (p.OH - 1) * p.SH + (p.KH - 1) * p.DH + 1;
+        const int wpd = (p.OW - 1) * p.SW + (p.KW - 1) * p.DW + 1;
+        int8_t *w4 = calloc((size_t)p.M * ksz * C4 * 4, 1);
+        int32_t *bu = malloc(4 * (size_t)p.M);
+        int32_t *ds = malloc(ES_I8_DOT_SCRATCH(p.C, p.KH, p.KW, hp, wpd));
+        for (i = 0; i < p.M; ++i) bu[i] = b[i];
+        for (i = 0; i < (int)nw; ++i) { /* w[m][c][t], t = kh * KW + kw */
+            const int m = i / (p.C * ksz), c = (i / ksz) % p.C, t = i % ksz;
+            w4[((size_t)m * ksz + t) * C4 * 4 + c] = w[i];
+            bu[m] -= (p.x_zp + 128) * (int32_t)w[i];
+        }
+        memset(y1, 0, ny);
+        es_conv2d_i8_dot(x, w4, bu, mu, sh, ds, y1, &p);
+        free(w4);
+        free(bu);
+        free(ds);
+        if (memcmp(y0, y1, ny)) { printf("dot differs\n"); return 1; }
+    }
     if (p.group == p.C && p.M == p.C) { /* depthwise */
         const int hp = (p.OH - 1) * p.SH + (p.KH - 1) * p.DH + 1;
         const int wpd = (p.OW - 1) * p.SW + (p.KW - 1) * p.DW + 1;

@@ -1,6 +1,7 @@
-/* Reads lines "x mult shift" from stdin and prints es_mul_q(x, mult, shift) and, for
- * shift <= 0, the SIMD form built for this target (the scalar value again when none), so
- * the test can hold both against exactly rounded rational arithmetic. */
+/* Reads lines "x mult shift" from stdin and prints es_mul_q(x, mult, shift), the AVX2 or
+ * NEON form built for this target (for shift <= 0) and the AVX-512 form (any shift), the
+ * scalar value again where a form is not built, so the test can hold all of them against
+ * exactly rounded rational arithmetic. */
 #include <stdio.h>
 #include "edgesmith_rt.h"
 #include "es_simd.h"
@@ -18,12 +19,23 @@ static int32_t simd(int32_t x, int32_t mult, int32_t shift) {
 #endif
 }
 
+static int32_t wide(int32_t x, int32_t mult, int32_t shift) {
+#if defined(__AVX512F__)
+    int32_t out[16];
+    _mm512_storeu_si512(out, es_mulq16_avx512(_mm512_set1_epi32(x), mult, shift));
+    return out[5] == out[10] ? out[5] : INT32_MIN + 1; /* an odd and an even lane */
+#else
+    return es_mul_q(x, mult, shift);
+#endif
+}
+
 int main(void) {
     long x, mult, shift;
     while (scanf("%ld %ld %ld", &x, &mult, &shift) == 3) {
         const int32_t s = es_mul_q((int32_t)x, (int32_t)mult, (int32_t)shift);
-        printf("%ld %ld\n", (long)s, (long)(shift <= 0 ? simd((int32_t)x, (int32_t)mult,
-                                                                   (int32_t)shift) : s));
+        printf("%ld %ld %ld\n", (long)s,
+               (long)(shift <= 0 ? simd((int32_t)x, (int32_t)mult, (int32_t)shift) : s),
+               (long)wide((int32_t)x, (int32_t)mult, (int32_t)shift));
     }
     return 0;
 }
