@@ -243,12 +243,17 @@ def load_located(ref: str | Path, _chain: tuple[Path, ...] = ()) -> Located:
     doc.data.setdefault("name", path.stem)
     if parent is None:
         return doc
-    if not isinstance(parent, str):
+    if not isinstance(parent, str) or not parent.strip():
         raise ProfileError(
             "`extends` must name one profile", where=doc.where(("extends",)),
             fix="write `extends: host` or `extends: ./base.yaml`",
         )
-    base = load_located(parent, (*_chain, path))
+    try:
+        base = load_located(parent, (*_chain, path))
+    except ProfileError as e:  # a parent that cannot be found: say which file asked for it
+        if e.where:
+            raise
+        raise ProfileError(e.what, where=doc.where(("extends",)), fix=e.fix) from None
     base.data.pop("name", None)
     return _merge(base, doc)
 
