@@ -22,6 +22,18 @@ static inline __m512i es_mulq16_avx512(__m512i x, int32_t mult, int32_t shift) {
     odd = _mm512_min_epi64(_mm512_max_epi64(_mm512_sra_epi64(odd, total), lo), hi);
     return _mm512_mask_blend_epi32((__mmask16)0xAAAA, even, _mm512_slli_epi64(odd, 32));
 }
+
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+/* y[j] = sat8(es_mul_q(acc[j], mult, shift) + y_zp) clamped to [qmin, qmax], j < n <= 16:
+ * the store of 16 int32 accumulators as int8, shared by the int8 conv kernels */
+static inline void es_requant16_avx512(__m512i acc, int8_t *y, int n, int32_t mult,
+                                       int32_t shift, int32_t y_zp, int32_t qmin,
+                                       int32_t qmax) {
+    __m512i v = _mm512_add_epi32(es_mulq16_avx512(acc, mult, shift), _mm512_set1_epi32(y_zp));
+    v = _mm512_min_epi32(_mm512_max_epi32(v, _mm512_set1_epi32(qmin)), _mm512_set1_epi32(qmax));
+    _mm_mask_storeu_epi8(y, (__mmask16)((1u << n) - 1u), _mm512_cvtepi32_epi8(v));
+}
+#endif
 #endif
 
 #if defined(__AVX2__)

@@ -78,14 +78,6 @@ static int32_t quad(const int8_t *w) {
     return v;
 }
 
-static void requant16(__m512i acc, int8_t *y, int n, int32_t mult, int32_t shift,
-                      const es_conv_params *p) {
-    __m512i v = _mm512_add_epi32(es_mulq16_avx512(acc, mult, shift), _mm512_set1_epi32(p->y_zp));
-    v = _mm512_max_epi32(v, _mm512_set1_epi32(p->qmin));
-    v = _mm512_min_epi32(v, _mm512_set1_epi32(p->qmax));
-    _mm_mask_storeu_epi8(y, (__mmask16)((1u << n) - 1u), _mm512_cvtepi32_epi8(v));
-}
-
 /* 8 channels (rows m0..m0+7 of w4, rows past nr repeat the last) x 16 pixels */
 static void tile_8x16(const uint8_t *col, int K4, const int8_t *w4, const int32_t *bias,
                       const int32_t *mult, const int32_t *shift, int m0, int nr, int8_t *y,
@@ -117,7 +109,8 @@ static void tile_8x16(const uint8_t *col, int K4, const int8_t *w4, const int32_
     {
         const __m512i s[TM] = {s0, s1, s2, s3, s4, s5, s6, s7};
         for (r = 0; r < nr; ++r)
-            requant16(s[r], y + (size_t)(m0 + r) * P + p0, nj, mult[m0 + r], shift[m0 + r], p);
+            es_requant16_avx512(s[r], y + (size_t)(m0 + r) * P + p0, nj, mult[m0 + r],
+                                shift[m0 + r], p->y_zp, p->qmin, p->qmax);
     }
 }
 #else

@@ -322,11 +322,8 @@ static void requant16(int32_t *acc, int8_t *y, int n, int32_t mult, int32_t shif
     int j;
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
     if (mult >= 0) {
-        __m512i v = _mm512_add_epi32(es_mulq16_avx512(_mm512_loadu_si512(acc), mult, shift),
-                                     _mm512_set1_epi32(p->y_zp));
-        v = _mm512_max_epi32(v, _mm512_set1_epi32(p->qmin));
-        v = _mm512_min_epi32(v, _mm512_set1_epi32(p->qmax));
-        _mm_mask_storeu_epi8(y, (__mmask16)((1u << n) - 1u), _mm512_cvtepi32_epi8(v));
+        es_requant16_avx512(_mm512_loadu_si512(acc), y, n, mult, shift, p->y_zp, p->qmin,
+                            p->qmax);
         return;
     }
 #endif
@@ -421,51 +418,45 @@ void es_dwconv2d_i8(const int8_t *x, const int8_t *w, const int32_t *bias,
             for (i = lo; i < hi; ++i) dst[i] = (int16_t)((int32_t)src[i - PL] - xzp);
             for (i = hi > lo ? hi : lo; i < Wp; ++i) dst[i] = 0;
         }
-        if (SH == 2 && SW == 2 && DH == 1 && DW == 1) {
-            /* stride 2: the padded plane split into its 4 phases (row parity, column
-             * parity), each Hq x Wq; tap (kh, kw) reads phase (kh & 1, kw & 1) shifted by
-             * (kh >> 1, kw >> 1), so it too is one unit-stride loop over the flattened
-             * output, as for stride 1 */
-            const int Hq = (Hp + 1) / 2, Wq = (Wp + 1) / 2, L = (OH - 1) * Wq + OW;
-            int16_t *ph = xp + (size_t)Hp * Wp; /* after the padded plane, in scratch */
-            memset(ph, 0, (size_t)4 * Hq * Wq * sizeof *ph);
-            for (r = 0; r < Hp; ++r) { /* even columns to one phase, odd to the other */
-                const int16_t *src = xp + (size_t)r * Wp;
-                int16_t *even = ph + ((size_t)((r & 1) * 2) * Hq + (r >> 1)) * Wq;
-                int16_t *odd = even + (size_t)Hq * Wq;
-                for (i = 0; i < Wp / 2; ++i) {
-                    even[i] = src[2 * i];
-                    odd[i] = src[2 * i + 1];
+        if ((SH == 1 && SW == 1) || (SH == 2 && SW == 2 && DH == 1 && DW == 1)) {
+            /* Every tap is one shift of the flattened padded plane, so each tap's sums run
+             * over the whole plane as one long unit-stride loop (columns ow >= OW of each
+             * row are computed and dropped), then rows are packed together. Stride 2 first
+             * splits the plane into its 4 phases (row parity, column parity), each Hq x Wq:
+             * tap (kh, kw) then reads phase (kh & 1, kw & 1) shifted by (kh >> 1, kw >> 1). */
+            const int st = SH;
+            const int16_t *src = xp;
+            int Wr = Wp, L;
+            size_t phase = 0; /* elements from one phase to the next */
+            if (st == 2) {
+                const int Hq = (Hp + 1) / 2, Wq = (Wp + 1) / 2;
+                int16_t *ph = xp + (size_t)Hp * Wp; /* after the padded plane, in scratch */
+                memset(ph, 0, (size_t)4 * Hq * Wq * sizeof *ph);
+                for (r = 0; r < Hp; ++r) { /* even columns to one phase, odd to the other */
+                    const int16_t *row = xp + (size_t)r * Wp;
+                    int16_t *even = ph + ((size_t)((r & 1) * 2) * Hq + (r >> 1)) * Wq;
+                    int16_t *odd = even + (size_t)Hq * Wq;
+                    for (i = 0; i < Wp / 2; ++i) {
+                        even[i] = row[2 * i];
+                        odd[i] = row[2 * i + 1];
+                    }
+                    if (Wp & 1) even[Wp / 2] = row[Wp - 1];
                 }
-                if (Wp & 1) even[Wp / 2] = src[Wp - 1];
+                src = ph;
+                Wr = Wq;
+                phase = (size_t)Hq * Wq;
             }
+            L = (OH - 1) * Wr + OW;
             for (i = 0; i < L; ++i) acc[i] = bc;
             for (kh = 0; kh < KH; ++kh)
                 for (kw = 0; kw < KW; ++kw) {
                     const int32_t wv = wc[kh * KW + kw];
-                    const int16_t *xk = ph + ((size_t)((kh & 1) * 2 + (kw & 1)) * Hq +
-                                              (kh >> 1)) * Wq + (kw >> 1);
+                    const int16_t *xk = src + (size_t)((kh % st) * st + kw % st) * phase +
+                                        (size_t)(kh / st) * DH * Wr + (size_t)(kw / st) * DW;
                     for (i = 0; i < L; ++i) acc[i] += wv * (int32_t)xk[i];
                 }
             for (oh = 1; oh < OH; ++oh)
-                memmove(acc + (size_t)oh * OW, acc + (size_t)oh * Wq, (size_t)OW * sizeof *acc);
-            requant_plane(acc, y + (size_t)c * plane, plane, mult[c], shift[c], p);
-            continue;
-        }
-        if (SH == 1 && SW == 1) {
-            /* stride 1: every tap is one shift of the flattened padded plane, so the sums
-             * run over the whole plane as one long unit-stride loop (columns ow >= OW of
-             * each padded row are computed and dropped), then rows are packed together */
-            const int L = (OH - 1) * Wp + OW;
-            for (i = 0; i < L; ++i) acc[i] = bc;
-            for (kh = 0; kh < KH; ++kh)
-                for (kw = 0; kw < KW; ++kw) {
-                    const int32_t wv = wc[kh * KW + kw];
-                    const int16_t *xk = xp + (size_t)kh * DH * Wp + (size_t)kw * DW;
-                    for (i = 0; i < L; ++i) acc[i] += wv * (int32_t)xk[i];
-                }
-            for (oh = 1; oh < OH; ++oh)
-                memmove(acc + (size_t)oh * OW, acc + (size_t)oh * Wp, (size_t)OW * sizeof *acc);
+                memmove(acc + (size_t)oh * OW, acc + (size_t)oh * Wr, (size_t)OW * sizeof *acc);
             requant_plane(acc, y + (size_t)c * plane, plane, mult[c], shift[c], p);
             continue;
         }
