@@ -82,12 +82,14 @@ def resolve_path(ref: str | Path, base: Path | None = None) -> Path:
     )
 
 
-def _scalar(node: yaml.ScalarNode) -> Any:
+def _scalar(node: yaml.ScalarNode, file: str) -> Any:
     loader = yaml.SafeLoader("")
     try:
         return loader.construct_object(node, deep=True)
-    except yaml.YAMLError as e:
-        raise ProfileError(f"bad value {node.value!r}: {e}") from None
+    except yaml.YAMLError as e:  # e.g. a !!python/object tag: refused, at its own line
+        raise ProfileError(f"bad value {node.value!r}: {getattr(e, 'problem', None) or e}",
+                           where=f"{file}:{node.start_mark.line + 1}",
+                           fix="write a plain value; YAML tags are not allowed") from None
 
 
 def _walk(node: yaml.Node, file: str, path: Key, out: Located, budget: list[int]) -> Any:
@@ -119,7 +121,7 @@ def _walk(node: yaml.Node, file: str, path: Key, out: Located, budget: list[int]
                     where=f"{file}:{key_node.start_mark.line + 1}",
                     fix="use `extends: OTHER_PROFILE` to inherit settings",
                 )
-            key = _scalar(key_node)
+            key = _scalar(key_node, file)
             if not isinstance(key, str | int | float | bool) or key is None:
                 raise ProfileError("a mapping key must be a plain word",
                                    where=f"{file}:{key_node.start_mark.line + 1}")
@@ -134,7 +136,7 @@ def _walk(node: yaml.Node, file: str, path: Key, out: Located, budget: list[int]
         return result
     if isinstance(node, yaml.SequenceNode):
         return [_walk(v, file, path + (i,), out, budget) for i, v in enumerate(node.value)]
-    return _scalar(node)
+    return _scalar(node, file)
 
 
 _OPEN = (yaml.FlowSequenceStartToken, yaml.FlowMappingStartToken,

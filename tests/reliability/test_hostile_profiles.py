@@ -93,6 +93,16 @@ def test_python_tags_are_not_executed(tmp_path):
         assert "p.yaml:2" in e.message()
 
 
+def test_python_tag_on_a_scalar_is_refused_at_its_file_and_line(tmp_path):
+    path = tmp_path / "p.yaml"  # a tagged plain scalar (key or value), not a tagged sequence
+    path.write_text(GOOD.replace("name: board", "name: !!python/object:os.system board"))
+    try:
+        profiles.load(path)
+        raise AssertionError("a python tag must not load")
+    except ProfileError as e:
+        assert "p.yaml:2" in e.message() and "<unicode string>" not in e.message()
+
+
 def test_deep_nesting_is_refused(tmp_path):
     _load(tmp_path, "device: " + "[" * 5000 + "]" * 5000 + "\n")
     _load(tmp_path, "device:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 200)))
