@@ -27,10 +27,10 @@ static float act1(float v, int act, float a0, float a1) {
 /* output columns [lo, hi) of [o0, o1) whose input column o*SW + dw lies in [0, W) */
 static void valid_cols(int o0, int o1, int SW, int dw, int W, int *lo, int *hi) {
     int a = dw < 0 ? (-dw + SW - 1) / SW : 0, b = (W - 1 - dw) >= 0 ? (W - 1 - dw) / SW + 1 : 0;
-    a = a < o0 ? o0 : a;
-    b = b > o1 ? o1 : b;
+    a = a < o0 ? o0 : (a > o1 ? o1 : a); /* a segment may lie wholly in the padding */
+    b = b > o1 ? o1 : (b < a ? a : b);
     *lo = a;
-    *hi = b < a ? a : b;
+    *hi = b;
 }
 
 static void im2col_f32(const float *x, float *col, int p0, int K, const es_conv_params *p) {

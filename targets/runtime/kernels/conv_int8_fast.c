@@ -189,10 +189,10 @@ void es_pointwise_i8(const int8_t *x, const int32_t *wp, const int32_t *bias,
 /* output columns [lo, hi) of [o0, o1) whose input column o*SW + dw lies in [0, W) */
 static void valid_cols(int o0, int o1, int SW, int dw, int W, int *lo, int *hi) {
     int a = dw < 0 ? (-dw + SW - 1) / SW : 0, b = (W - 1 - dw) >= 0 ? (W - 1 - dw) / SW + 1 : 0;
-    a = a < o0 ? o0 : a;
-    b = b > o1 ? o1 : b;
+    a = a < o0 ? o0 : (a > o1 ? o1 : a); /* a segment may lie wholly in the padding */
+    b = b > o1 ? o1 : (b < a ? a : b);
     *lo = a;
-    *hi = b < a ? a : b;
+    *hi = b;
 }
 
 /* rows k of [2 * k2b, 2 * k2e) of the tile at output pixel p0 (rows k >= K are zero) */
