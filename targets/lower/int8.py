@@ -326,12 +326,10 @@ def conv_i8(L: Lowerer, node) -> bool:
     elif group == 1 and L.isa >= VNNI and (dot := _dot_operands(w.reshape(m, c, *kk), bias,
                                                                  tx.zero_point)):
         # u8 x s8 dot-product GEMM (vpdpbusd): int8 weights tap-major in channel quads, the
-        # u8 shift folded into the bias; scratch: one im2col tile + the padded HWC input
+        # u8 shift folded into the bias; scratch: an im2col block (+ partial sums when the
+        # reduction is blocked) and the padded HWC input
         fn, wt = "es_conv2d_i8_dot", L.const_tensor(node.name + "_w4", dot[0], "i8")
-        hp = (osp[0] - 1) * ss[0] + (kk[0] - 1) * dd[0] + 1
-        wp = (osp[1] - 1) * ss[1] + (kk[1] - 1) * dd[1] + 1
-        c4 = (c + 3) // 4
-        bias, scratch = dot[1], 64 * kk[0] * kk[1] * c4 + 4 * hp * wp * c4
+        bias, scratch = dot[1], dot_i8_scratch(params)
     elif group == 1:
         # im2col tiles + a 4x16 register-blocked GEMM; weights packed as int16 pairs over
         # C*KH*KW for madd / vmlal; scratch = one int16 im2col tile of KB2 pairs, plus int32
@@ -415,6 +413,25 @@ def gemm_i8_scratch(k: int, m: int) -> int:
     k2 = (k + 1) // 2
     kb2 = 64 if k2 > 64 and 64 + m < k2 else k2
     return 64 * kb2 + (64 * m if kb2 < k2 else 0)
+
+
+def dot_i8_scratch(p: dict) -> int:
+    """Bytes of es_conv2d_i8_dot scratch for conv params ``p`` (conv_params' fields);
+    mirrors es_i8_dot_plan / es_i8_dot_scratch in edgesmith_rt.h: stride-1 convs read the
+    padded input in place (unless the dropped padded columns cost over 1/4 more tiles);
+    the rest add an im2col block, blocked by the fewest taps that fill 16 words when that
+    plus the [M][16] int32 partial sums is the smaller."""
+    hp = (p["OH"] - 1) * p["SH"] + (p["KH"] - 1) * p["DH"] + 1
+    wp = (p["OW"] - 1) * p["SW"] + (p["KW"] - 1) * p["DW"] + 1
+    c4, taps = (p["C"] + 3) // 4, p["KH"] * p["KW"]
+    tiles = -(-(p["OH"] * p["OW"]) // 16)
+    direct = p["SH"] == p["SW"] == 1 and 4 * -(-((p["OH"] - 1) * wp + p["OW"]) // 16) <= 5 * tiles
+    tb = min(-(-16 // c4), taps)
+    kt = tb if not direct and tb * c4 + p["M"] < taps * c4 else taps
+    n = 4 * hp * wp * c4 + 64
+    if not direct:
+        n += 64 * kt * c4
+    return n + (64 * p["M"] if kt < taps else 0)
 
 
 def gap_i8(L: Lowerer, node) -> bool:

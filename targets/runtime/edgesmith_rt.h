@@ -196,12 +196,41 @@ void es_conv2d_i8_gemm(const int8_t *x, const int32_t *wp, const int32_t *bias,
                        const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
                        const es_conv_params *p);
 /* one group, u8 x s8 dot-product GEMM (AVX-512 VNNI; plain C elsewhere); w4:
- * [M][KH][KW][C4*4] int8 (C4 = ceil(C/4)), bias_u8 = bias - (x_zp + 128) * row sums of w;
- * scratch: one im2col tile of KH*KW*C4 x 16 words, then the padded HWC input (HP x WP as
- * for depthwise) */
-#define ES_I8_DOT_SCRATCH(C, KH, KW, HP, WP)                                              \
-    (64u * (unsigned)(KH) * (unsigned)(KW) * (((unsigned)(C) + 3u) / 4u) +                  \
-     4u * (unsigned)(HP) * (unsigned)(WP) * (((unsigned)(C) + 3u) / 4u))
+ * [M][KH][KW][C4*4] int8 (C4 = ceil(C/4)), bias_u8 = bias - (x_zp + 128) * row sums of w.
+ * es_i8_dot_plan is the walk the kernel takes and es_i8_dot_scratch the scratch bytes it
+ * needs; lower/int8.py dot_i8_scratch mirrors both. */
+typedef struct {
+    int Hp, Wp;  /* padded input rows and columns */
+    int C4, T;   /* channel quads, taps */
+    int direct;  /* stride 1, unless that wastes over a quarter more tiles than im2col: tiles
+                    run over the flattened padded plane and taps read the input in place */
+    int KT;      /* otherwise, taps per im2col block: all T, unless the fewest taps that fill
+                    16 words plus int32 [M][16] partial sums need less scratch */
+} es_dot_plan;
+
+static inline es_dot_plan es_i8_dot_plan(const es_conv_params *p) {
+    es_dot_plan d;
+    int tb;
+    d.Hp = (p->OH - 1) * p->SH + (p->KH - 1) * p->DH + 1;
+    d.Wp = (p->OW - 1) * p->SW + (p->KW - 1) * p->DW + 1;
+    d.C4 = (p->C + 3) / 4;
+    d.T = p->KH * p->KW;
+    d.direct = p->SH == 1 && p->SW == 1 &&
+               4 * (((p->OH - 1) * d.Wp + p->OW + 15) / 16) <= 5 * ((p->OH * p->OW + 15) / 16);
+    tb = (16 + d.C4 - 1) / d.C4 < d.T ? (16 + d.C4 - 1) / d.C4 : d.T;
+    d.KT = !d.direct && tb * d.C4 + p->M < d.T * d.C4 ? tb : d.T;
+    return d;
+}
+
+/* the im2col block and partial sums (im2col walk only), then the padded input as Hp*Wp*C4
+ * 32-bit words, then 64 bytes that a direct tile's unused lanes may read */
+static inline size_t es_i8_dot_scratch(const es_conv_params *p) {
+    const es_dot_plan d = es_i8_dot_plan(p);
+    size_t n = 4u * (size_t)d.Hp * (size_t)d.Wp * (size_t)d.C4 + 64u;
+    if (!d.direct) n += 64u * (size_t)d.KT * (size_t)d.C4;
+    if (d.KT < d.T) n += 64u * (size_t)p->M;
+    return n;
+}
 void es_conv2d_i8_dot(const int8_t *x, const int8_t *w4, const int32_t *bias_u8,
                       const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
                       const es_conv_params *p);
@@ -213,6 +242,14 @@ void es_conv2d_i8_dot(const int8_t *x, const int8_t *w4, const int32_t *bias_u8,
 void es_dwconv2d_i8(const int8_t *x, const int8_t *w, const int32_t *bias,
                     const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
                     const es_conv_params *p);
+/* depthwise in 16-channel HWC blocks (kernels/dwconv_int8_hwc.c); w: int8 [KH][KW][Cp], Cp =
+ * C rounded up to 16, zero-padded; scratch (independent of C), WP = (OW-1)*SW + (KW-1)*DW + 1 */
+#define ES_I8_DW_HWC_SCRATCH(KH, KW, OW, WP)                                              \
+    (64u * (unsigned)(KH) * ((unsigned)(WP) + ((unsigned)(KW) + 1u) / 2u) +                  \
+     32u * (unsigned)(WP) + 16u * (unsigned)(OW) + 12u * (unsigned)(KH) + 512u)
+void es_dwconv2d_i8_hwc(const int8_t *x, const int8_t *w, const int32_t *bias,
+                        const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
+                        const es_conv_params *p);
 void es_fc_i8(const int8_t *x, const int8_t *w, const int32_t *bias, const int32_t *mult,
               const int32_t *shift, int8_t *y, int M, int N, int K, int x_zp, int y_zp,
               int qmin, int qmax);

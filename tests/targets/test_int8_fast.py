@@ -84,6 +84,32 @@ def test_fast_int8_conv_is_bit_identical_to_reference(name, cc, flags, wrapper, 
         assert p.returncode == 0, f"{name} {args}: {p.stdout}{p.stderr}"
 
 
+def test_fast_int8_conv_stays_inside_its_scratch_under_asan(tmp_path):
+    """Every fast kernel gets exactly the scratch its size formula promises (malloc'd to
+    size, so AddressSanitizer sees one byte past it), and the dot kernel's scratch size in
+    the generator equals es_i8_dot_scratch in C on every geometry."""
+    from edgesmith.targets.lower.int8 import dot_i8_scratch
+
+    b = _build("cc", ["-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover",
+                      "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]
+               if _cpu_has("avx512_vnni") else ["-O1", "-g", "-fsanitize=address,undefined",
+                                                "-fno-sanitize-recover"],
+               tmp_path / "check_asan")
+    keys = ["C", "H", "W", "M", "KH", "KW", "SH", "SW", "PT", "PL", "DH", "DW", "group"]
+    env = {"ASAN_OPTIONS": "detect_leaks=0", "PATH": "/usr/bin:/bin"}
+    n = 0
+    for args in _cases(80, seed=3):
+        p = subprocess.run([str(b), *map(str, args)], capture_output=True, text=True,
+                           timeout=60, env=env)
+        assert p.returncode == 0, f"{args}: {p.stdout}{p.stderr}"
+        if args[12] == 1:
+            geo = dict(zip(keys, args[:13], strict=True)) | {"OH": args[15], "OW": args[16]}
+            line = next(x for x in p.stdout.splitlines() if x.startswith("dot_scratch"))
+            assert int(line.split()[1]) == dot_i8_scratch(geo), (args, line)
+            n += 1
+    assert n > 40
+
+
 def test_generated_int8_model_uses_fast_paths_and_reference_switch(work, digits_qdq):
     from edgesmith.targets.ir import lower
     from edgesmith.targets.lower.int8 import reference_kernels
@@ -97,12 +123,17 @@ def test_generated_int8_model_uses_fast_paths_and_reference_switch(work, digits_
 
 def test_int8_digits_arena_fits_under_tflite_micro(digits_qdq):
     """The K-blocked im2col keeps conv scratch small: the whole digits INT8 arena stays
-    under the 12,592 B TFLite Micro's allocator reports for the same model."""
+    under the 12,592 B TFLite Micro's allocator reports for the same model, with the int16
+    GEMM and with the VNNI dot-product kernel (in-place taps, tap-blocked im2col)."""
     from edgesmith.targets.ir import lower
+    from edgesmith.targets.isa import VNNI
     from edgesmith.targets.lower.int8 import gemm_i8_scratch
     from edgesmith.targets.planner import plan
 
     assert plan(lower(digits_qdq, "int8")).arena_bytes <= 12592
+    dot = lower(digits_qdq, "int8", VNNI)
+    assert {c.fn for st in dot.steps for c in st.calls} >= {"es_conv2d_i8_dot"}
+    assert plan(dot).arena_bytes <= 12592
     assert gemm_i8_scratch(27, 32) == 64 * 14  # short reduction: one tile, no partials
     assert gemm_i8_scratch(576, 64) == 64 * 64 + 64 * 64  # blocked: 64 pairs + [M][16]
 

@@ -1,6 +1,6 @@
-/* Conv2d, int8, one group, as im2col + a u8 x s8 dot-product GEMM: the layout of
- * AVX-512 VNNI's vpdpbusd, which multiplies 4 unsigned bytes by 4 signed bytes and adds
- * the four products into one int32 lane, 64 multiply-adds per instruction.
+/* Conv2d, int8, one group, as a u8 x s8 dot-product GEMM: the layout of AVX-512 VNNI's
+ * vpdpbusd, which multiplies 4 unsigned bytes by 4 signed bytes and adds the four products
+ * into one int32 lane, 64 multiply-adds per instruction.
  *
  * vpdpbusd wants one operand unsigned, so activations are moved to uint8 by adding 128
  * (u = x + 128). Then
@@ -11,13 +11,24 @@
  * sum is exact in int32 and requantisation is es_mul_q, so results are bit-identical to
  * es_conv2d_i8 (conv_int8.c), the oracle in tests.
  *
- w4: [M][KH][KW][C4 * 4] int8: the weights tap-major with channels innermost, zero-padded
+ * w4: [M][KH][KW][C4 * 4] int8: the weights tap-major with channels innermost, zero-padded
  * to a multiple of 4 channels, so 4 channels of one tap share a 32-bit lane. The input is
- * first rewritten once as padded HWC uint8 (to_hwc_u8), which makes every im2col entry a
- * 32-bit copy with no bounds checks. Output pixels go in tiles of 16; the tile's block is
- * col[k4][pixel] 32-bit words, so one 64-byte load holds 16 pixels x 4 channels. The micro-kernel keeps 8 output channels x 16 pixels in registers and
- * broadcasts 4 weight bytes per channel. Without VNNI the same tile loops run in plain C.
- * Scratch: ES_I8_DOT_SCRATCH(...) bytes: one tile, then the HWC input. */
+ * first rewritten once as padded uint8 words of channel quads: the 4 channels of quad c4
+ * at padded pixel (r, q) in one 32-bit word (planes xt[c4][r][q] for the direct walk
+ * below, pixels xt[r][q][c4] for im2col). The micro-kernel keeps 8
+ * output channels x 16 pixels in registers and broadcasts 4 weight bytes per channel.
+ *
+ * Stride 1 needs no im2col: output (oh, ow) reads the words at v + kh * DH * Wp + kw * DW
+ * of each quad plane, v = oh * Wp + ow, so 16 consecutive v are one 64-byte load per tap
+ * and quad. Tiles therefore run over v, the flattened padded plane, computing the
+ * (KW - 1) * DW columns at the end of each row too and dropping them on the store (a 1x1
+ * conv drops nothing); when the dropped columns would cost over a quarter more tiles
+ * (small rows: 4x4 outputs of a 3x3 conv), im2col is cheaper. Other convs gather tiles
+ * of 16 output pixels into an im2col
+ * block col[tap][c4][pixel] first; long reductions then run in blocks of KT taps with
+ * [M][16] int32 partial sums carried between them, when that needs less scratch than one
+ * whole tile (the arena is sized by the largest scratch). es_i8_dot_plan (edgesmith_rt.h)
+ * decides; without VNNI the same tile loops run in plain C. */
 #include <string.h>
 
 #include "../edgesmith_rt.h"
@@ -31,43 +42,102 @@
 #define TP 16 /* pixels per tile */
 #define TM 8  /* output channels per micro-kernel call */
 
-/* The input as padded HWC uint8: xt[r][q][c] = x[c][r - PT][q - PL] + 128 for in-bounds
- * rows r < Hp and columns q < Wp, x_zp + 128 elsewhere (padding reads as x = x_zp);
- * channels padded to C4 * 4 (their weights are zero). Each (pixel, tap) then owns C4
- * consecutive 32-bit words, 4 channels each. */
-static void to_hwc_u8(const int8_t *x, uint8_t *xt, int Hp, int Wp, int C4,
-                      const es_conv_params *p) {
-    const int H = p->H, W = p->W, C = p->C, row = Wp * C4 * 4;
-    int c, h, w;
-    memset(xt, p->x_zp + 128, (size_t)Hp * row);
-    for (c = 0; c < C; ++c)
-        for (h = 0; h < H; ++h) {
-            const int r = h + p->PT;
-            const int8_t *src = x + ((size_t)c * H + h) * W;
-            uint8_t *dst;
-            if (r >= Hp) break;
-            dst = xt + (size_t)r * row + (size_t)p->PL * C4 * 4 + c;
-            for (w = 0; w < W && w + p->PL < Wp; ++w)
-                dst[(size_t)w * C4 * 4] = (uint8_t)((int32_t)src[w] + 128);
+/* the word of input column w: bytes src[i][w] + 128 where keep has them, pad bytes elsewhere
+ * (x + 128 as a byte is x ^ 0x80); branch-free, so the column loop vectorises */
+static uint32_t quad_u8(const int8_t *const src[4], int w, uint32_t keep, uint32_t pad4) {
+    const uint32_t v = ((uint32_t)(uint8_t)src[0][w] | (uint32_t)(uint8_t)src[1][w] << 8 |
+                        (uint32_t)(uint8_t)src[2][w] << 16 | (uint32_t)(uint8_t)src[3][w] << 24) ^
+                       0x80808080u;
+    return (v & keep) | (pad4 & ~keep);
+}
+
+/* The padded input as uint8 words, for the walk: direct tiles want planes of quads,
+ * xt[c4][r][q], im2col wants the quads of one pixel together, xt[r][q][c4]. Word (c4, r, q)
+ * holds the bytes x[4*c4 + i][r - PT][q - PL] + 128 for in-bounds pixels, x_zp + 128
+ * elsewhere (padding reads as x = x_zp) and for the channels past C of the last quad
+ * (their weights are zero). */
+static void to_quads_u8(const int8_t *x, uint32_t *xt, const es_dot_plan *d,
+                        const es_conv_params *p) {
+    const int H = p->H, W = p->W, Wp = d->Wp;
+    const size_t cs = d->direct ? (size_t)d->Hp * Wp : 1; /* word strides of c4, r, q */
+    const size_t rs = d->direct ? (size_t)Wp : (size_t)Wp * d->C4;
+    const size_t qs = d->direct ? 1 : (size_t)d->C4;
+    const uint8_t pad = (uint8_t)(p->x_zp + 128);
+    const uint32_t pad4 = pad * 0x01010101u;
+    const int lo = p->PL < Wp ? p->PL : Wp, hi = p->PL + W < Wp ? p->PL + W : Wp;
+    int c4, r, q, i;
+    for (c4 = 0; c4 < d->C4; ++c4)
+        for (r = 0; r < d->Hp; ++r) {
+            const int ih = r - p->PT;
+            uint32_t keep;
+            uint32_t *dst = xt + (size_t)c4 * cs + (size_t)r * rs;
+            const int8_t *src[4];
+            if (ih < 0 || ih >= H) {
+                for (q = 0; q < Wp; ++q) dst[q * qs] = pad4;
+                continue;
+            }
+            for (q = 0; q < lo; ++q) dst[q * qs] = pad4;
+            for (q = hi > lo ? hi : lo; q < Wp; ++q) dst[q * qs] = pad4;
+            /* the channels past C of the last quad read channel 4*c4 and are masked to pad */
+            for (i = 0; i < 4; ++i) {
+                const int c = 4 * c4 + i < p->C ? 4 * c4 + i : 4 * c4;
+                src[i] = x + ((size_t)c * H + ih) * W;
+            }
+            keep = 4 * c4 + 3 < p->C ? 0xffffffffu : 0xffffffffu >> (8 * (4 * c4 + 4 - p->C));
+            if (qs == 1)
+                for (q = lo; q < hi; ++q) dst[q] = quad_u8(src, q - p->PL, keep, pad4);
+            else
+                for (q = lo; q < hi; ++q) dst[q * qs] = quad_u8(src, q - p->PL, keep, pad4);
         }
 }
 
-/* the tile at output pixel p0: col[k4][j] (32-bit words), k4 = (kh * KW + kw) * C4 + c4 */
-static void im2col_u8(const uint32_t *xt, uint32_t *col, int p0, int Wp, int C4,
-                      const es_conv_params *p) {
+/* taps [t0, t0 + nt) of the 16 output pixels from p0: col[t - t0][c4][j] words */
+static void im2col_u8(const uint32_t *xt, uint32_t *col, int p0, int t0, int nt,
+                      const es_dot_plan *d, const es_conv_params *p) {
     const int P = p->OH * p->OW, n = (P - p0) < TP ? (P - p0) : TP;
-    int j, kh, kw, c4;
+    int j, t, c4, oh = p0 / p->OW, ow = p0 % p->OW;
     for (j = 0; j < TP; ++j) {
-        const int q = p0 + (j < n ? j : 0); /* tail lanes repeat pixel p0; never stored */
-        const int oh = q / p->OW, ow = q % p->OW;
-        for (kh = 0; kh < p->KH; ++kh)
-            for (kw = 0; kw < p->KW; ++kw) {
-                const uint32_t *src =
-                    xt + ((size_t)(oh * p->SH + kh * p->DH) * Wp + ow * p->SW + kw * p->DW) * C4;
-                uint32_t *dst = col + (size_t)(kh * p->KW + kw) * C4 * TP + j;
-                for (c4 = 0; c4 < C4; ++c4) dst[(size_t)c4 * TP] = src[c4];
+        int kh = t0 / p->KW, kw = t0 % p->KW;
+        if (j == n) { /* tail lanes repeat pixel p0; never stored */
+            oh = p0 / p->OW;
+            ow = p0 % p->OW;
+        }
+        for (t = 0; t < nt; ++t) {
+            const uint32_t *src = xt + ((size_t)(oh * p->SH + kh * p->DH) * d->Wp +
+                                        ow * p->SW + kw * p->DW) * d->C4;
+            uint32_t *dst = col + (size_t)t * d->C4 * TP + j;
+            for (c4 = 0; c4 < d->C4; ++c4) dst[(size_t)c4 * TP] = src[c4];
+            if (++kw == p->KW) {
+                kw = 0;
+                ++kh;
             }
+        }
+        if (j < n && ++ow == p->OW) {
+            ow = 0;
+            ++oh;
+        }
     }
+}
+
+/* one reduction block of one tile: where its words are, where its sums start and where its
+ * outputs go. Its taps are nkh kernel rows of nkw taps; tap (i, j), quad c4 is the 16
+ * words at base + i * kh_step + j * kw_step + c4 * c4_step (bytes), weight word
+ * k0 + (i * nkw + j) * C4 + c4. Lanes [lane[s], lane[s] + len[s]) of the tile are output
+ * pixels [pix[s], pix[s] + len[s]) for each of its nseg segments (one for a strided tile;
+ * a direct tile drops the lanes of padded columns, so its rows are separate segments). */
+typedef struct {
+    const uint8_t *base;
+    size_t kh_step, kw_step, c4_step;
+    int nkh, nkw, C4, k0;
+    int first, last;     /* it opens the reduction (start from the bias) / closes it */
+    int32_t *part;       /* [M][16] int32 partial sums between blocks */
+    int nseg, lane[TP], len[TP], pix[TP];
+} dot_block;
+
+/* requantised lanes to their output pixels in row m */
+static void store_lanes(const dot_block *b, const int8_t *v, int8_t *ym) {
+    int s;
+    for (s = 0; s < b->nseg; ++s) memcpy(ym + b->pix[s], v + b->lane[s], (size_t)b->len[s]);
 }
 
 #if defined(ES_DOT_VNNI)
@@ -78,85 +148,179 @@ static int32_t quad(const int8_t *w) {
     return v;
 }
 
+/* the sums of channel row m before this block: its bias, or the partial sums so far */
+static __m512i start(const dot_block *b, const int32_t *bias, int m) {
+    return b->first ? _mm512_set1_epi32(bias[m]) : _mm512_loadu_si512(b->part + (size_t)m * TP);
+}
+
 /* 8 channels (rows m0..m0+7 of w4, rows past nr repeat the last) x 16 pixels */
-static void tile_8x16(const uint8_t *col, int K4, const int8_t *w4, const int32_t *bias,
+static void tile_8x16(const dot_block *b, const int8_t *w4, int K4, const int32_t *bias,
                       const int32_t *mult, const int32_t *shift, int m0, int nr, int8_t *y,
-                      int P, int p0, int nj, const es_conv_params *p) {
+                      int P, const es_conv_params *p) {
     const int8_t *wr[TM];
     __m512i s0, s1, s2, s3, s4, s5, s6, s7;
-    int r, k4;
+    int r, i, j, c4;
     for (r = 0; r < TM; ++r)
-        wr[r] = w4 + (size_t)(m0 + (r < nr ? r : nr - 1)) * K4 * 4;
-    s0 = _mm512_set1_epi32(bias[m0]);
-    s1 = _mm512_set1_epi32(bias[m0 + (nr > 1 ? 1 : 0)]);
-    s2 = _mm512_set1_epi32(bias[m0 + (nr > 2 ? 2 : 0)]);
-    s3 = _mm512_set1_epi32(bias[m0 + (nr > 3 ? 3 : 0)]);
-    s4 = _mm512_set1_epi32(bias[m0 + (nr > 4 ? 4 : 0)]);
-    s5 = _mm512_set1_epi32(bias[m0 + (nr > 5 ? 5 : 0)]);
-    s6 = _mm512_set1_epi32(bias[m0 + (nr > 6 ? 6 : 0)]);
-    s7 = _mm512_set1_epi32(bias[m0 + (nr > 7 ? 7 : 0)]);
-    for (k4 = 0; k4 < K4; ++k4) {
-        const __m512i c = _mm512_loadu_si512(col + (size_t)k4 * TP * 4);
-        s0 = _mm512_dpbusd_epi32(s0, c, _mm512_set1_epi32(quad(wr[0] + 4 * k4)));
-        s1 = _mm512_dpbusd_epi32(s1, c, _mm512_set1_epi32(quad(wr[1] + 4 * k4)));
-        s2 = _mm512_dpbusd_epi32(s2, c, _mm512_set1_epi32(quad(wr[2] + 4 * k4)));
-        s3 = _mm512_dpbusd_epi32(s3, c, _mm512_set1_epi32(quad(wr[3] + 4 * k4)));
-        s4 = _mm512_dpbusd_epi32(s4, c, _mm512_set1_epi32(quad(wr[4] + 4 * k4)));
-        s5 = _mm512_dpbusd_epi32(s5, c, _mm512_set1_epi32(quad(wr[5] + 4 * k4)));
-        s6 = _mm512_dpbusd_epi32(s6, c, _mm512_set1_epi32(quad(wr[6] + 4 * k4)));
-        s7 = _mm512_dpbusd_epi32(s7, c, _mm512_set1_epi32(quad(wr[7] + 4 * k4)));
-    }
+        wr[r] = w4 + ((size_t)(m0 + (r < nr ? r : nr - 1)) * K4 + b->k0) * 4;
+    s0 = start(b, bias, m0);
+    s1 = start(b, bias, m0 + (nr > 1 ? 1 : 0));
+    s2 = start(b, bias, m0 + (nr > 2 ? 2 : 0));
+    s3 = start(b, bias, m0 + (nr > 3 ? 3 : 0));
+    s4 = start(b, bias, m0 + (nr > 4 ? 4 : 0));
+    s5 = start(b, bias, m0 + (nr > 5 ? 5 : 0));
+    s6 = start(b, bias, m0 + (nr > 6 ? 6 : 0));
+    s7 = start(b, bias, m0 + (nr > 7 ? 7 : 0));
+    for (i = 0; i < b->nkh; ++i)
+        for (j = 0; j < b->nkw; ++j) {
+            const uint8_t *cb = b->base + (size_t)i * b->kh_step + (size_t)j * b->kw_step;
+            const int k = (i * b->nkw + j) * b->C4 * 4;
+            for (c4 = 0; c4 < b->C4; ++c4) {
+                const __m512i c = _mm512_loadu_si512(cb + (size_t)c4 * b->c4_step);
+                const int kq = k + 4 * c4;
+                s0 = _mm512_dpbusd_epi32(s0, c, _mm512_set1_epi32(quad(wr[0] + kq)));
+                s1 = _mm512_dpbusd_epi32(s1, c, _mm512_set1_epi32(quad(wr[1] + kq)));
+                s2 = _mm512_dpbusd_epi32(s2, c, _mm512_set1_epi32(quad(wr[2] + kq)));
+                s3 = _mm512_dpbusd_epi32(s3, c, _mm512_set1_epi32(quad(wr[3] + kq)));
+                s4 = _mm512_dpbusd_epi32(s4, c, _mm512_set1_epi32(quad(wr[4] + kq)));
+                s5 = _mm512_dpbusd_epi32(s5, c, _mm512_set1_epi32(quad(wr[5] + kq)));
+                s6 = _mm512_dpbusd_epi32(s6, c, _mm512_set1_epi32(quad(wr[6] + kq)));
+                s7 = _mm512_dpbusd_epi32(s7, c, _mm512_set1_epi32(quad(wr[7] + kq)));
+            }
+        }
     {
+        /* locals: the int8 stores below may alias *p and *b, which would force reloads */
         const __m512i s[TM] = {s0, s1, s2, s3, s4, s5, s6, s7};
-        for (r = 0; r < nr; ++r)
-            es_requant16_avx512(s[r], y + (size_t)(m0 + r) * P + p0, nj, mult[m0 + r],
-                                shift[m0 + r], p->y_zp, p->qmin, p->qmax);
+        const int32_t y_zp = p->y_zp, qmin = p->qmin, qmax = p->qmax;
+        const int straight = b->nseg == 1 && b->lane[0] == 0, p0 = b->pix[0], n = b->len[0];
+        int8_t v[TP];
+        for (r = 0; r < nr; ++r) {
+            const int m = m0 + r;
+            int8_t *ym = y + (size_t)m * P;
+            if (!b->last) {
+                _mm512_storeu_si512(b->part + (size_t)m * TP, s[r]);
+            } else if (straight) {
+                es_requant16_avx512(s[r], ym + p0, n, mult[m], shift[m], y_zp, qmin, qmax);
+            } else {
+                es_requant16_avx512(s[r], v, TP, mult[m], shift[m], y_zp, qmin, qmax);
+                store_lanes(b, v, ym);
+            }
+        }
     }
 }
 #else
-/* y[m][p0 + j] = sat8(es_mul_q(acc[j], mult[m], shift[m]) + y_zp), j < n */
-static void requant_row(const int32_t *acc, int8_t *y, int n, int32_t mult, int32_t shift,
-                        const es_conv_params *p) {
-    int j;
-    for (j = 0; j < n; ++j)
-        y[j] = es_sat8(es_mul_q(acc[j], mult, shift) + p->y_zp, p->qmin, p->qmax);
-}
-
-/* the same tile in plain C: acc[j] = bias + sum over taps of u * w, per channel */
-static void tile_8x16(const uint8_t *col, int K4, const int8_t *w4, const int32_t *bias,
+/* the same tile in plain C: acc[l] = bias (or the partial sums) + this block's u * w */
+static void tile_8x16(const dot_block *b, const int8_t *w4, int K4, const int32_t *bias,
                       const int32_t *mult, const int32_t *shift, int m0, int nr, int8_t *y,
-                      int P, int p0, int nj, const es_conv_params *p) {
-    int r, j, k;
+                      int P, const es_conv_params *p) {
+    int r, i, j, c4, e, l;
     for (r = 0; r < nr; ++r) {
-        const int8_t *wm = w4 + (size_t)(m0 + r) * K4 * 4;
+        const int m = m0 + r;
+        const int8_t *wm = w4 + ((size_t)m * K4 + b->k0) * 4;
         int32_t acc[TP];
-        for (j = 0; j < TP; ++j) acc[j] = bias[m0 + r];
-        for (k = 0; k < K4 * 4; ++k) {
-            const uint8_t *ck = col + (size_t)(k >> 2) * TP * 4 + (k & 3);
-            const int32_t wk = wm[k];
-            for (j = 0; j < TP; ++j) acc[j] += wk * (int32_t)ck[4 * j];
+        int8_t v[TP];
+        for (l = 0; l < TP; ++l) acc[l] = b->first ? bias[m] : b->part[(size_t)m * TP + l];
+        for (i = 0; i < b->nkh; ++i)
+            for (j = 0; j < b->nkw; ++j)
+                for (c4 = 0; c4 < b->C4; ++c4) {
+                    const uint8_t *cb = b->base + (size_t)i * b->kh_step +
+                                        (size_t)j * b->kw_step + (size_t)c4 * b->c4_step;
+                    const int8_t *wk = wm + ((i * b->nkw + j) * b->C4 + c4) * 4;
+                    for (e = 0; e < 4; ++e)
+                        for (l = 0; l < TP; ++l) acc[l] += wk[e] * (int32_t)cb[4 * l + e];
+                }
+        if (!b->last) {
+            memcpy(b->part + (size_t)m * TP, acc, sizeof acc);
+            continue;
         }
-        requant_row(acc, y + (size_t)(m0 + r) * P + p0, nj, mult[m0 + r], shift[m0 + r], p);
+        for (l = 0; l < TP; ++l)
+            v[l] = es_sat8(es_mul_q(acc[l], mult[m], shift[m]) + p->y_zp, p->qmin, p->qmax);
+        store_lanes(b, v, y + (size_t)m * P);
     }
 }
 #endif
 
+/* every channel block of one tile block */
+static void tile_all(const dot_block *b, const int8_t *w4, int K4, const int32_t *bias,
+                     const int32_t *mult, const int32_t *shift, int8_t *y,
+                     const es_conv_params *p) {
+    const int P = p->OH * p->OW;
+    int m0;
+    for (m0 = 0; m0 < p->M; m0 += TM)
+        tile_8x16(b, w4, K4, bias, mult, shift, m0, (p->M - m0) < TM ? (p->M - m0) : TM, y, P,
+                  p);
+}
+
+/* the segments of direct tile v0: lanes whose padded column v % Wp is an output column,
+ * one segment per output row the tile touches (merged when the rows are contiguous) */
+static void direct_segments(dot_block *b, int v0, int V, int Wp, int OW) {
+    int j = 0;
+    b->nseg = 0;
+    while (j < TP && v0 + j < V) {
+        const int v = v0 + j, oh = v / Wp, ow = v % Wp;
+        const int run = OW - ow < TP - j ? OW - ow : TP - j;
+        if (ow >= OW) { /* a padded column: skip to the next row */
+            j += Wp - ow;
+            continue;
+        }
+        if (b->nseg > 0 && b->lane[b->nseg - 1] + b->len[b->nseg - 1] == j &&
+            b->pix[b->nseg - 1] + b->len[b->nseg - 1] == oh * OW + ow) {
+            b->len[b->nseg - 1] += run;
+        } else {
+            b->lane[b->nseg] = j;
+            b->len[b->nseg] = run;
+            b->pix[b->nseg] = oh * OW + ow;
+            ++b->nseg;
+        }
+        j += run;
+    }
+}
+
 void es_conv2d_i8_dot(const int8_t *x, const int8_t *w4, const int32_t *bias_u8,
                       const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
                       const es_conv_params *p) {
-    const int C4 = (p->C + 3) / 4, K4 = p->KH * p->KW * C4, P = p->OH * p->OW, M = p->M;
-    const int Hp = (p->OH - 1) * p->SH + (p->KH - 1) * p->DH + 1;
-    const int Wp = (p->OW - 1) * p->SW + (p->KW - 1) * p->DW + 1;
-    uint32_t *col = (uint32_t *)scratch, *xt = col + (size_t)K4 * TP;
-    int p0, m0;
-    to_hwc_u8(x, (uint8_t *)xt, Hp, Wp, C4, p);
-    for (p0 = 0; p0 < P; p0 += TP) {
-        const int nj = (P - p0) < TP ? (P - p0) : TP;
-        im2col_u8(xt, col, p0, Wp, C4, p);
-        for (m0 = 0; m0 < M; m0 += TM) {
-            const int nr = (M - m0) < TM ? (M - m0) : TM;
-            tile_8x16((const uint8_t *)col, K4, w4, bias_u8, mult, shift, m0, nr, y, P, p0, nj,
-                      p);
+    const es_dot_plan d = es_i8_dot_plan(p);
+    const int C4 = d.C4, T = d.T, K4 = T * C4, P = p->OH * p->OW;
+    uint32_t *col = (uint32_t *)scratch;
+    int32_t *part = scratch + (d.direct ? 0 : (size_t)d.KT * C4 * TP);
+    uint32_t *xt = (uint32_t *)part + (d.KT < T ? (size_t)p->M * TP : 0);
+    dot_block b;
+    b.part = part;
+    b.C4 = C4;
+    b.c4_step = d.direct ? (size_t)d.Hp * d.Wp * 4 : TP * 4;
+    to_quads_u8(x, xt, &d, p);
+    if (d.direct) {
+        const int V = (p->OH - 1) * d.Wp + p->OW; /* flattened padded pixels up to the last */
+        int v0;
+        b.kh_step = (size_t)p->DH * d.Wp * 4;
+        b.kw_step = (size_t)p->DW * 4;
+        b.nkh = p->KH;
+        b.nkw = p->KW;
+        b.k0 = 0;
+        b.first = b.last = 1;
+        for (v0 = 0; v0 < V; v0 += TP) {
+            b.base = (const uint8_t *)(xt + v0);
+            direct_segments(&b, v0, V, d.Wp, p->OW);
+            if (b.nseg > 0) tile_all(&b, w4, K4, bias_u8, mult, shift, y, p);
+        }
+        return;
+    }
+    /* the block's nt taps are consecutive in col: one run of nt * C4 quads */
+    b.base = (const uint8_t *)col;
+    b.kh_step = b.kw_step = 0;
+    b.nkh = b.nkw = 1;
+    b.nseg = 1;
+    b.lane[0] = 0;
+    for (b.pix[0] = 0; b.pix[0] < P; b.pix[0] += TP) {
+        int t0;
+        b.len[0] = (P - b.pix[0]) < TP ? (P - b.pix[0]) : TP;
+        for (t0 = 0; t0 < T; t0 += d.KT) {
+            const int nt = (T - t0) < d.KT ? (T - t0) : d.KT;
+            im2col_u8(xt, col, b.pix[0], t0, nt, &d, p);
+            b.C4 = nt * C4;
+            b.k0 = t0 * C4;
+            b.first = t0 == 0;
+            b.last = t0 + nt == T;
+            tile_all(&b, w4, K4, bias_u8, mult, shift, y, p);
         }
     }
 }

@@ -53,11 +53,9 @@ int main(int argc, char **argv) {
     }
     if (p.group == 1) { /* u8 x s8 dot GEMM: weights [M][KH][KW][C4*4], bias with the u8 shift */
         const int C4 = (p.C + 3) / 4, ksz = p.KH * p.KW;
-        const int hp = (p.OH - 1) * p.SH + (p.KH - 1) * p.DH + 1;
-        const int wpd = (p.OW - 1) * p.SW + (p.KW - 1) * p.DW + 1;
         int8_t *w4 = calloc((size_t)p.M * ksz * C4 * 4, 1);
         int32_t *bu = malloc(4 * (size_t)p.M);
-        int32_t *ds = malloc(ES_I8_DOT_SCRATCH(p.C, p.KH, p.KW, hp, wpd));
+        int32_t *ds = malloc(es_i8_dot_scratch(&p));
         for (i = 0; i < p.M; ++i) bu[i] = b[i];
         for (i = 0; i < (int)nw; ++i) { /* w[m][c][t], t = kh * KW + kw */
             const int m = i / (p.C * ksz), c = (i / ksz) % p.C, t = i % ksz;
@@ -70,6 +68,7 @@ int main(int argc, char **argv) {
         free(bu);
         free(ds);
         if (memcmp(y0, y1, ny)) { printf("dot differs\n"); return 1; }
+        printf("dot_scratch %lu\n", (unsigned long)es_i8_dot_scratch(&p)); /* for lower/int8.py */
     }
     if (p.group == p.C && p.M == p.C) { /* depthwise */
         const int hp = (p.OH - 1) * p.SH + (p.KH - 1) * p.DH + 1;
