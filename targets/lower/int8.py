@@ -419,14 +419,14 @@ def dot_i8_scratch(p: dict) -> int:
     """Bytes of es_conv2d_i8_dot scratch for conv params ``p`` (conv_params' fields);
     mirrors es_i8_dot_plan / es_i8_dot_scratch in edgesmith_rt.h: stride-1 convs read the
     padded input in place (unless the dropped padded columns cost over 1/4 more tiles);
-    the rest add an im2col block, blocked by the fewest taps that fill 16 words when that
+    the rest add an im2col block, blocked by the fewest taps that fill 32 words when that
     plus the [M][16] int32 partial sums is the smaller."""
     hp = (p["OH"] - 1) * p["SH"] + (p["KH"] - 1) * p["DH"] + 1
     wp = (p["OW"] - 1) * p["SW"] + (p["KW"] - 1) * p["DW"] + 1
     c4, taps = (p["C"] + 3) // 4, p["KH"] * p["KW"]
     tiles = -(-(p["OH"] * p["OW"]) // 16)
     direct = p["SH"] == p["SW"] == 1 and 4 * -(-((p["OH"] - 1) * wp + p["OW"]) // 16) <= 5 * tiles
-    tb = min(-(-16 // c4), taps)
+    tb = min(-(-32 // c4), taps)
     kt = tb if not direct and tb * c4 + p["M"] < taps * c4 else taps
     n = 4 * hp * wp * c4 + 64
     if not direct:

@@ -205,7 +205,7 @@ typedef struct {
     int direct;  /* stride 1, unless that wastes over a quarter more tiles than im2col: tiles
                     run over the flattened padded plane and taps read the input in place */
     int KT;      /* otherwise, taps per im2col block: all T, unless the fewest taps that fill
-                    16 words plus int32 [M][16] partial sums need less scratch */
+                    32 words plus int32 [M][16] partial sums need less scratch */
 } es_dot_plan;
 
 static inline es_dot_plan es_i8_dot_plan(const es_conv_params *p) {
@@ -217,7 +217,7 @@ static inline es_dot_plan es_i8_dot_plan(const es_conv_params *p) {
     d.T = p->KH * p->KW;
     d.direct = p->SH == 1 && p->SW == 1 &&
                4 * (((p->OH - 1) * d.Wp + p->OW + 15) / 16) <= 5 * ((p->OH * p->OW + 15) / 16);
-    tb = (16 + d.C4 - 1) / d.C4 < d.T ? (16 + d.C4 - 1) / d.C4 : d.T;
+    tb = (32 + d.C4 - 1) / d.C4 < d.T ? (32 + d.C4 - 1) / d.C4 : d.T;
     d.KT = !d.direct && tb * d.C4 + p->M < d.T * d.C4 ? tb : d.T;
     return d;
 }

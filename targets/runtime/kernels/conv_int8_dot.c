@@ -13,9 +13,8 @@
  *
  * w4: [M][KH][KW][C4 * 4] int8: the weights tap-major with channels innermost, zero-padded
  * to a multiple of 4 channels, so 4 channels of one tap share a 32-bit lane. The input is
- * first rewritten once as padded uint8 words of channel quads: the 4 channels of quad c4
- * at padded pixel (r, q) in one 32-bit word (planes xt[c4][r][q] for the direct walk
- * below, pixels xt[r][q][c4] for im2col). The micro-kernel keeps 8
+ * first rewritten once as padded planes of uint8 channel quads, xt[c4][r][q]: the 4
+ * channels of quad c4 at padded pixel (r, q) in one 32-bit word. The micro-kernel keeps 8
  * output channels x 16 pixels in registers and broadcasts 4 weight bytes per channel.
  *
  * Stride 1 needs no im2col: output (oh, ow) reads the words at v + kh * DH * Wp + kw * DW
@@ -42,79 +41,81 @@
 #define TP 16 /* pixels per tile */
 #define TM 8  /* output channels per micro-kernel call */
 
-/* the word of input column w: bytes src[i][w] + 128 where keep has them, pad bytes elsewhere
- * (x + 128 as a byte is x ^ 0x80); branch-free, so the column loop vectorises */
-static uint32_t quad_u8(const int8_t *const src[4], int w, uint32_t keep, uint32_t pad4) {
-    const uint32_t v = ((uint32_t)(uint8_t)src[0][w] | (uint32_t)(uint8_t)src[1][w] << 8 |
-                        (uint32_t)(uint8_t)src[2][w] << 16 | (uint32_t)(uint8_t)src[3][w] << 24) ^
-                       0x80808080u;
-    return (v & keep) | (pad4 & ~keep);
+/* dst[q] for q < n: the bytes s0[q], s1[q], s2[q], s3[q] + 128 where keep has them, pad
+ * bytes elsewhere (x + 128 as a byte is x ^ 0x80). Separate restrict pointers and no
+ * branches, so compilers vectorise it into byte interleaves. */
+static void quads_row(uint32_t *restrict dst, size_t n, const int8_t *restrict s0,
+                      const int8_t *restrict s1, const int8_t *restrict s2,
+                      const int8_t *restrict s3, uint32_t keep, uint32_t pad4) {
+    size_t q;
+    for (q = 0; q < n; ++q) {
+        const uint32_t v = ((uint32_t)(uint8_t)s0[q] | (uint32_t)(uint8_t)s1[q] << 8 |
+                            (uint32_t)(uint8_t)s2[q] << 16 | (uint32_t)(uint8_t)s3[q] << 24) ^
+                           0x80808080u;
+        dst[q] = (v & keep) | (pad4 & ~keep);
+    }
 }
 
-/* The padded input as uint8 words, for the walk: direct tiles want planes of quads,
- * xt[c4][r][q], im2col wants the quads of one pixel together, xt[r][q][c4]. Word (c4, r, q)
- * holds the bytes x[4*c4 + i][r - PT][q - PL] + 128 for in-bounds pixels, x_zp + 128
- * elsewhere (padding reads as x = x_zp) and for the channels past C of the last quad
- * (their weights are zero). */
+/* The padded input as planes of uint8 channel quads, xt[c4][r][q]: word (c4, r, q) holds
+ * the bytes x[4*c4 + i][r - PT][q - PL] + 128 for in-bounds pixels, x_zp + 128 elsewhere
+ * (padding reads as x = x_zp) and for the channels past C of the last quad (their weights
+ * are zero; those lanes read channel 4*c4 and are masked to pad). */
 static void to_quads_u8(const int8_t *x, uint32_t *xt, const es_dot_plan *d,
                         const es_conv_params *p) {
-    const int H = p->H, W = p->W, Wp = d->Wp;
-    const size_t cs = d->direct ? (size_t)d->Hp * Wp : 1; /* word strides of c4, r, q */
-    const size_t rs = d->direct ? (size_t)Wp : (size_t)Wp * d->C4;
-    const size_t qs = d->direct ? 1 : (size_t)d->C4;
-    const uint8_t pad = (uint8_t)(p->x_zp + 128);
-    const uint32_t pad4 = pad * 0x01010101u;
-    const int lo = p->PL < Wp ? p->PL : Wp, hi = p->PL + W < Wp ? p->PL + W : Wp;
+    const int H = p->H, W = p->W, Wp = d->Wp, PL = p->PL;
+    const uint32_t pad4 = (uint8_t)(p->x_zp + 128) * 0x01010101u;
+    const int lo = PL < Wp ? PL : Wp, hi = PL + W < Wp ? PL + W : Wp;
     int c4, r, q, i;
-    for (c4 = 0; c4 < d->C4; ++c4)
+    for (c4 = 0; c4 < d->C4; ++c4) {
+        const uint32_t keep =
+            4 * c4 + 3 < p->C ? 0xffffffffu : 0xffffffffu >> (8 * (4 * c4 + 4 - p->C));
         for (r = 0; r < d->Hp; ++r) {
             const int ih = r - p->PT;
-            uint32_t keep;
-            uint32_t *dst = xt + (size_t)c4 * cs + (size_t)r * rs;
+            uint32_t *dst = xt + ((size_t)c4 * d->Hp + r) * Wp;
             const int8_t *src[4];
             if (ih < 0 || ih >= H) {
-                for (q = 0; q < Wp; ++q) dst[q * qs] = pad4;
+                for (q = 0; q < Wp; ++q) dst[q] = pad4;
                 continue;
             }
-            for (q = 0; q < lo; ++q) dst[q * qs] = pad4;
-            for (q = hi > lo ? hi : lo; q < Wp; ++q) dst[q * qs] = pad4;
-            /* the channels past C of the last quad read channel 4*c4 and are masked to pad */
-            for (i = 0; i < 4; ++i) {
+            for (q = 0; q < lo; ++q) dst[q] = pad4;
+            for (q = hi > lo ? hi : lo; q < Wp; ++q) dst[q] = pad4;
+            if (hi <= lo) continue; /* the row lies in the padding */
+            for (i = 0; i < 4; ++i) { /* lo == PL here: the row's first input column */
                 const int c = 4 * c4 + i < p->C ? 4 * c4 + i : 4 * c4;
                 src[i] = x + ((size_t)c * H + ih) * W;
             }
-            keep = 4 * c4 + 3 < p->C ? 0xffffffffu : 0xffffffffu >> (8 * (4 * c4 + 4 - p->C));
-            if (qs == 1)
-                for (q = lo; q < hi; ++q) dst[q] = quad_u8(src, q - p->PL, keep, pad4);
-            else
-                for (q = lo; q < hi; ++q) dst[q * qs] = quad_u8(src, q - p->PL, keep, pad4);
+            quads_row(dst + lo, (size_t)(hi - lo), src[0], src[1], src[2], src[3], keep, pad4);
         }
+    }
 }
 
-/* taps [t0, t0 + nt) of the 16 output pixels from p0: col[t - t0][c4][j] words */
+/* taps [t0, t0 + nt) of the 16 output pixels from p0: col[t - t0][c4][j] words, lanes past
+ * the last pixel zero. The pixels go in row runs, each a strided copy per tap and quad. */
 static void im2col_u8(const uint32_t *xt, uint32_t *col, int p0, int t0, int nt,
                       const es_dot_plan *d, const es_conv_params *p) {
-    const int P = p->OH * p->OW, n = (P - p0) < TP ? (P - p0) : TP;
-    int j, t, c4, oh = p0 / p->OW, ow = p0 % p->OW;
-    for (j = 0; j < TP; ++j) {
-        int kh = t0 / p->KW, kw = t0 % p->KW;
-        if (j == n) { /* tail lanes repeat pixel p0; never stored */
-            oh = p0 / p->OW;
-            ow = p0 % p->OW;
-        }
-        for (t = 0; t < nt; ++t) {
-            const uint32_t *src = xt + ((size_t)(oh * p->SH + kh * p->DH) * d->Wp +
-                                        ow * p->SW + kw * p->DW) * d->C4;
-            uint32_t *dst = col + (size_t)t * d->C4 * TP + j;
-            for (c4 = 0; c4 < d->C4; ++c4) dst[(size_t)c4 * TP] = src[c4];
-            if (++kw == p->KW) {
-                kw = 0;
-                ++kh;
-            }
-        }
-        if (j < n && ++ow == p->OW) {
+    /* locals: the stores into col may alias *p and *d, which would force reloads */
+    const int OW = p->OW, KW = p->KW, SH = p->SH, SW = p->SW, DH = p->DH, DW = p->DW;
+    const int C4 = d->C4, Wp = d->Wp, P = p->OH * OW, n = (P - p0) < TP ? (P - p0) : TP;
+    const size_t plane = (size_t)d->Hp * Wp; /* words from one quad plane to the next */
+    int t, kh = t0 / KW, kw = t0 % KW;
+    for (t = 0; t < nt; ++t) {
+        uint32_t *ct = col + (size_t)t * C4 * TP;
+        int j = 0, oh = p0 / OW, ow = p0 % OW, c4, i;
+        while (j < n) {
+            const int run = OW - ow < n - j ? OW - ow : n - j;
+            const uint32_t *src = xt + (size_t)(oh * SH + kh * DH) * Wp + ow * SW + kw * DW;
+            for (c4 = 0; c4 < C4; ++c4)
+                for (i = 0; i < run; ++i)
+                    ct[(size_t)c4 * TP + j + i] = src[c4 * plane + (size_t)i * SW];
+            j += run;
             ow = 0;
             ++oh;
+        }
+        for (c4 = 0; c4 < C4; ++c4)
+            for (i = n; i < TP; ++i) ct[(size_t)c4 * TP + i] = 0;
+        if (++kw == KW) {
+            kw = 0;
+            ++kh;
         }
     }
 }
