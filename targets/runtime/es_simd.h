@@ -11,7 +11,7 @@
 /* es_mul_q on 16 lanes for any shift, bit-identical to the scalar: AVX-512 has the 64-bit
  * arithmetic shift and min/max AVX2 lacks, so the products are rounded, shifted and
  * saturated to int32 in 64 bits and the low words kept. */
-static inline __m512i es_mulq16_avx512(__m512i x, int32_t mult, int32_t shift) {
+static inline __m512i es_mulq16_any_avx512(__m512i x, int32_t mult, int32_t shift) {
     const __m128i total = _mm_cvtsi32_si128(31 - shift);
     const __m512i mu = _mm512_set1_epi32(mult);
     const __m512i half = _mm512_set1_epi64((int64_t)1 << (30 - shift));
@@ -23,15 +23,38 @@ static inline __m512i es_mulq16_avx512(__m512i x, int32_t mult, int32_t shift) {
     return _mm512_mask_blend_epi32((__mmask16)0xAAAA, even, _mm512_slli_epi64(odd, 32));
 }
 
+/* es_mul_q on 16 lanes, bit-identical to the scalar. The common case, a multiplier below
+ * 1/2 (shift < 0, mult >= 0), cannot saturate (|x * mult| < 2^62), and its total shift of
+ * 32 or more is the high words of the rounded products (a floor, for either sign) shifted
+ * right by the rest in 32-bit lanes: 7 instructions instead of 13. */
+static inline __m512i es_mulq16_avx512(__m512i x, int32_t mult, int32_t shift) {
+    __m512i mu, half, even, odd;
+    if (shift >= 0 || mult < 0) return es_mulq16_any_avx512(x, mult, shift);
+    mu = _mm512_set1_epi32(mult);
+    half = _mm512_set1_epi64((int64_t)1 << (30 - shift));
+    even = _mm512_add_epi64(_mm512_mul_epi32(x, mu), half);
+    odd = _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(x, 32), mu), half);
+    return _mm512_sra_epi32(
+        _mm512_mask_blend_epi32((__mmask16)0xAAAA, _mm512_srli_epi64(even, 32), odd),
+        _mm_cvtsi32_si128(-1 - shift));
+}
+
 #if defined(__AVX512BW__) && defined(__AVX512VL__)
 /* y[j] = sat8(es_mul_q(acc[j], mult, shift) + y_zp) clamped to [qmin, qmax], j < n <= 16:
  * the store of 16 int32 accumulators as int8, shared by the int8 conv kernels */
 static inline void es_requant16_avx512(__m512i acc, int8_t *y, int n, int32_t mult,
                                        int32_t shift, int32_t y_zp, int32_t qmin,
                                        int32_t qmax) {
-    __m512i v = _mm512_add_epi32(es_mulq16_avx512(acc, mult, shift), _mm512_set1_epi32(y_zp));
-    v = _mm512_min_epi32(_mm512_max_epi32(v, _mm512_set1_epi32(qmin)), _mm512_set1_epi32(qmax));
-    _mm_mask_storeu_epi8(y, (__mmask16)((1u << n) - 1u), _mm512_cvtepi32_epi8(v));
+    /* a saturating narrow to int8 first: [qmin, qmax] lies inside [-128, 127], so clamping
+     * the bytes afterwards is the same as clamping the int32s, in a quarter of the width */
+    const __m512i v = _mm512_add_epi32(es_mulq16_avx512(acc, mult, shift),
+                                       _mm512_set1_epi32(y_zp));
+    __m128i b = _mm512_cvtsepi32_epi8(v);
+    b = _mm_min_epi8(_mm_max_epi8(b, _mm_set1_epi8((char)qmin)), _mm_set1_epi8((char)qmax));
+    if (n == 16)
+        _mm_storeu_si128((__m128i *)y, b);
+    else
+        _mm_mask_storeu_epi8(y, (__mmask16)((1u << n) - 1u), b);
 }
 #endif
 #endif

@@ -135,10 +135,15 @@ typedef struct {
     int nseg, lane[TP], len[TP], pix[TP];
 } dot_block;
 
-/* requantised lanes to their output pixels in row m */
+/* requantised lanes to their output pixels in row m (a byte loop: segments are short, and
+ * a memcpy of a variable length is a library call) */
 static void store_lanes(const dot_block *b, const int8_t *v, int8_t *ym) {
-    int s;
-    for (s = 0; s < b->nseg; ++s) memcpy(ym + b->pix[s], v + b->lane[s], (size_t)b->len[s]);
+    int s, l;
+    for (s = 0; s < b->nseg; ++s) {
+        const int8_t *src = v + b->lane[s];
+        int8_t *dst = ym + b->pix[s];
+        for (l = 0; l < b->len[s]; ++l) dst[l] = src[l];
+    }
 }
 
 #if defined(ES_DOT_VNNI)
