@@ -337,11 +337,13 @@ def conv_i8(L: Lowerer, node) -> bool:
         fn, wt = "es_conv2d_i8_gemm", L.const_tensor(node.name + "_wp", pack_pairs(w), "i32")
         scratch = gemm_i8_scratch(c * kk[0] * kk[1], m)
     elif group == c == m:
-        # depthwise: per-channel zero-padded int16 plane, unit-stride tap loops
-        fn, wt = "es_dwconv2d_i8", L.const_tensor(node.name + "_w", w, "i8")
-        hp = (osp[0] - 1) * ss[0] + (kk[0] - 1) * dd[0] + 1
-        wp = (osp[1] - 1) * ss[1] + (kk[1] - 1) * dd[1] + 1
-        scratch = 4 * osp[0] * wp + 2 * hp * wp + 2 * (hp + 1) * (wp + 1) + 64  # as in C
+        # depthwise in blocks of 16 channels, channel-innermost (XNNPACK's layout) between
+        # two transposes: weights [KH][KW][C rounded up to 16]
+        cp = -(-c // 16) * 16
+        wd = np.zeros((kk[0], kk[1], cp), np.int8)
+        wd[..., :c] = w.reshape(c, kk[0], kk[1]).transpose(1, 2, 0)
+        fn, wt = "es_dwconv2d_i8_hwc", L.const_tensor(node.name + "_wd", wd, "i8")
+        scratch = dw_hwc_scratch(params)
     else:
         fn, wt = "es_conv2d_i8_fast", L.const_tensor(node.name + "_w", w, "i8")
         scratch = 16 * plane + 2 * c * sp[0] * sp[1] + 4
@@ -432,6 +434,19 @@ def dot_i8_scratch(p: dict) -> int:
     if not direct:
         n += 64 * kt * c4
     return n + (64 * p["M"] if kt < taps else 0)
+
+
+def dw_hwc_scratch(p: dict) -> int:
+    """Bytes of es_dwconv2d_i8_hwc scratch for conv params ``p``; mirrors
+    ES_I8_DW_HWC_SCRATCH: a ring of KH + B - 1 transposed input rows (B rows of a narrow
+    plane transposed at once), a byte row when DW > 1, the output columns, the block's
+    weights and row sums. It does not grow with the channel count."""
+    kh, kw, dh, dw, w, ow = p["KH"], p["KW"], p["DH"], p["DW"], p["W"], p["OW"]
+    wp = (ow - 1) * p["SW"] + (kw - 1) * dw + 1
+    b = 16 // w if dh == 1 and (dw == 1 or kw == 1) and w < 16 else 1
+    obc = ((ow if ow >= 16 else (15 + ow) // ow * ow) + 15) // 16 * 16
+    return (64 * (kh + b - 1) * wp + (16 * ((wp + 3 * dw + 15) // 16 * 16) if dw > 1 else 0)
+            + 16 * obc + 64 * kh * ((kw + 1) // 2 + 1) + 4 * (3 * kh + b - 1))
 
 
 def gap_i8(L: Lowerer, node) -> bool:

@@ -234,19 +234,20 @@ static inline size_t es_i8_dot_scratch(const es_conv_params *p) {
 void es_conv2d_i8_dot(const int8_t *x, const int8_t *w4, const int32_t *bias_u8,
                       const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
                       const es_conv_params *p);
-/* depthwise (group == C == M); scratch: int32 sums over OH padded rows of WP, the int16
- * zero-padded input plane, and its 4 stride-2 phases (OW is kept for callers) */
-#define ES_I8_DW_SCRATCH(OH, OW, HP, WP) \
-    (4u * (unsigned)(OH) * (unsigned)(WP) + 2u * (unsigned)(HP) * (unsigned)(WP) +          \
-     2u * ((unsigned)(HP) + 1u) * ((unsigned)(WP) + 1u) + 64u)
-void es_dwconv2d_i8(const int8_t *x, const int8_t *w, const int32_t *bias,
-                    const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
-                    const es_conv_params *p);
 /* depthwise in 16-channel HWC blocks (kernels/dwconv_int8_hwc.c); w: int8 [KH][KW][Cp], Cp =
- * C rounded up to 16, zero-padded; scratch (independent of C), WP = (OW-1)*SW + (KW-1)*DW + 1 */
-#define ES_I8_DW_HWC_SCRATCH(KH, KW, OW, WP)                                              \
-    (64u * (unsigned)(KH) * ((unsigned)(WP) + ((unsigned)(KW) + 1u) / 2u) +                  \
-     32u * (unsigned)(WP) + 16u * (unsigned)(OW) + 12u * (unsigned)(KH) + 512u)
+ * C rounded up to 16, zero-padded. Scratch, independent of C (WP = (OW-1)*SW + (KW-1)*DW + 1):
+ * a ring of KH + B - 1 rows of WP x 64 B (B input rows of W < 16 bytes transposed at once),
+ * a byte row when DW > 1, OBC output columns x 16 B, the block's weights and row sums */
+#define ES_I8_DW_HWC_BATCH(KW, DH, DW, W) \
+    ((DH) == 1 && ((DW) == 1 || (KW) == 1) && (W) < 16 ? 16u / (unsigned)(W) : 1u)
+#define ES_I8_DW_HWC_OBC(OW) \
+    ((((OW) >= 16 ? (unsigned)(OW) : (15u + (unsigned)(OW)) / (unsigned)(OW) * (unsigned)(OW)) + \
+      15u) / 16u * 16u)
+#define ES_I8_DW_HWC_SCRATCH(KH, KW, DH, DW, W, OW, WP)                                     \
+    (64u * ((unsigned)(KH) + ES_I8_DW_HWC_BATCH(KW, DH, DW, W) - 1u) * (unsigned)(WP) +       \
+     ((DW) > 1 ? 16u * (((unsigned)(WP) + 3u * (unsigned)(DW) + 15u) / 16u * 16u) : 0u) +     \
+     16u * ES_I8_DW_HWC_OBC(OW) + 64u * (unsigned)(KH) * (((unsigned)(KW) + 1u) / 2u + 1u) +  \
+     4u * (3u * (unsigned)(KH) + ES_I8_DW_HWC_BATCH(KW, DH, DW, W) - 1u))
 void es_dwconv2d_i8_hwc(const int8_t *x, const int8_t *w, const int32_t *bias,
                         const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
                         const es_conv_params *p);

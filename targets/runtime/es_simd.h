@@ -39,6 +39,25 @@ static inline __m512i es_mulq16_avx512(__m512i x, int32_t mult, int32_t shift) {
         _mm_cvtsi32_si128(-1 - shift));
 }
 
+/* es_mul_q on 16 lanes, each with its own multiplier and shift (a per-channel requantisation
+ * of 16 channels), bit-identical to the scalar for any shift in [-31, 30] and any mult:
+ * as es_mulq16_avx512, with per-lane rounding constants and per-lane 64-bit shifts. The even
+ * lanes' multipliers and shifts sit in the low halves of the 64-bit lanes, the odd lanes'
+ * are moved there; everything but x is loop-invariant for a block of channels. */
+static inline __m512i es_mulq16v_avx512(__m512i x, __m512i mult, __m512i shift) {
+    const __m512i low = _mm512_set1_epi64(0xffffffffLL), one = _mm512_set1_epi64(1);
+    const __m512i total = _mm512_sub_epi32(_mm512_set1_epi32(31), shift);
+    const __m512i te = _mm512_and_si512(total, low), to = _mm512_srli_epi64(total, 32);
+    const __m512i lo = _mm512_set1_epi64(INT32_MIN), hi = _mm512_set1_epi64(INT32_MAX);
+    __m512i even = _mm512_mul_epi32(x, mult);
+    __m512i odd = _mm512_mul_epi32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(mult, 32));
+    even = _mm512_add_epi64(even, _mm512_sllv_epi64(one, _mm512_sub_epi64(te, one)));
+    odd = _mm512_add_epi64(odd, _mm512_sllv_epi64(one, _mm512_sub_epi64(to, one)));
+    even = _mm512_min_epi64(_mm512_max_epi64(_mm512_srav_epi64(even, te), lo), hi);
+    odd = _mm512_min_epi64(_mm512_max_epi64(_mm512_srav_epi64(odd, to), lo), hi);
+    return _mm512_mask_blend_epi32((__mmask16)0xAAAA, even, _mm512_slli_epi64(odd, 32));
+}
+
 #if defined(__AVX512BW__) && defined(__AVX512VL__)
 /* y[j] = sat8(es_mul_q(acc[j], mult, shift) + y_zp) clamped to [qmin, qmax], j < n <= 16:
  * the store of 16 int32 accumulators as int8, shared by the int8 conv kernels */
@@ -77,6 +96,25 @@ static inline __m256i es_mulq8_avx2(__m256i x, __m256i mu, int shift) {
     }
     return _mm256_blend_epi32(_mm256_srli_epi64(even, 31),
                               _mm256_slli_epi64(_mm256_srli_epi64(odd, 31), 32), 0xAA);
+}
+
+/* es_mul_q on 8 lanes, each with its own multiplier and shift, all shifts <= 0 and all
+ * multipliers >= 0 (then the result fits int32 and needs no saturation): as es_mulq8_avx2,
+ * with per-lane rounding constants and a per-lane 64-bit arithmetic right shift, which
+ * AVX2 lacks and which is done here as a logical one on the value xor its sign. */
+static inline __m256i es_mulq8v_avx2(__m256i x, __m256i mult, __m256i shift) {
+    const __m256i one = _mm256_set1_epi64x(1), zero = _mm256_setzero_si256();
+    const __m256i total = _mm256_sub_epi32(_mm256_set1_epi32(31), shift);
+    const __m256i te = _mm256_blend_epi32(total, zero, 0xAA), to = _mm256_srli_epi64(total, 32);
+    __m256i even = _mm256_mul_epi32(x, mult), se;
+    __m256i odd = _mm256_mul_epi32(_mm256_srli_epi64(x, 32), _mm256_srli_epi64(mult, 32)), so;
+    even = _mm256_add_epi64(even, _mm256_sllv_epi64(one, _mm256_sub_epi64(te, one)));
+    odd = _mm256_add_epi64(odd, _mm256_sllv_epi64(one, _mm256_sub_epi64(to, one)));
+    se = _mm256_cmpgt_epi64(zero, even);
+    so = _mm256_cmpgt_epi64(zero, odd);
+    even = _mm256_xor_si256(_mm256_srlv_epi64(_mm256_xor_si256(even, se), te), se);
+    odd = _mm256_xor_si256(_mm256_srlv_epi64(_mm256_xor_si256(odd, so), to), so);
+    return _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
 }
 
 #elif defined(__ARM_NEON)

@@ -22,7 +22,7 @@ def test_digits_int8_within_one_lsb_of_onnxruntime(digits_c_int8, digits_qdq, di
 
 def test_int8_model_uses_integer_kernels(digits_c_int8):
     body = (digits_c_int8 / "model.c").read_text().split("static void run_step")[1]
-    for fn in ("es_conv2d_i8_gemm", "es_dwconv2d_i8", "es_add_i8", "es_fc_i8",
+    for fn in ("es_conv2d_i8_gemm", "es_dwconv2d_i8_hwc", "es_add_i8", "es_fc_i8",
                "es_global_avgpool_i8"):
         assert fn in body
     assert "es_conv2d_f32" not in body

@@ -115,7 +115,7 @@ def test_generated_int8_model_uses_fast_paths_and_reference_switch(work, digits_
     from edgesmith.targets.lower.int8 import reference_kernels
 
     fns = {c.fn for st in lower(digits_qdq, "int8").steps for c in st.calls}
-    assert {"es_dwconv2d_i8", "es_conv2d_i8_gemm"} <= fns and "es_conv2d_i8" not in fns
+    assert {"es_dwconv2d_i8_hwc", "es_conv2d_i8_gemm"} <= fns and "es_conv2d_i8" not in fns
     with reference_kernels():
         fns = {c.fn for st in lower(digits_qdq, "int8").steps for c in st.calls}
     assert "es_conv2d_i8" in fns and "es_conv2d_i8_fast" not in fns
@@ -161,8 +161,9 @@ def test_requantization_rounds_once_to_the_exact_value(name, cc, flags, wrapper,
                        capture_output=True, text=True, timeout=120, check=True)
     got = [tuple(map(int, line.split())) for line in p.stdout.splitlines()]
     assert len(got) == len(cases)
-    for (x, m, s), (scalar, vec, wide) in zip(cases, got, strict=True):
+    for (x, m, s), (scalar, vec, wide, lanes) in zip(cases, got, strict=True):
         exact = (2 * x * m + 2 ** (31 - s)) // 2 ** (32 - s)  # floor(x*m/2^(31-s) + 1/2)
         assert scalar == max(-2**31, min(2**31 - 1, exact)), (x, m, s, scalar, exact)
         assert vec == scalar, (name, x, m, s, vec, scalar)
         assert wide == scalar, (name, "avx512", x, m, s, wide, scalar)
+        assert lanes == scalar, (name, "per-lane", x, m, s, lanes, scalar)

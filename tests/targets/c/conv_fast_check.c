@@ -70,15 +70,6 @@ int main(int argc, char **argv) {
         if (memcmp(y0, y1, ny)) { printf("dot differs\n"); return 1; }
         printf("dot_scratch %lu\n", (unsigned long)es_i8_dot_scratch(&p)); /* for lower/int8.py */
     }
-    if (p.group == p.C && p.M == p.C) { /* depthwise */
-        const int hp = (p.OH - 1) * p.SH + (p.KH - 1) * p.DH + 1;
-        const int wpd = (p.OW - 1) * p.SW + (p.KW - 1) * p.DW + 1;
-        int32_t *ds = malloc(ES_I8_DW_SCRATCH(p.OH, p.OW, hp, wpd));
-        memset(y1, 0, ny);
-        es_dwconv2d_i8(x, w, b, mu, sh, ds, y1, &p);
-        free(ds);
-        if (memcmp(y0, y1, ny)) { printf("depthwise differs\n"); return 1; }
-    }
     if (pw) {
         memset(y1, 0, ny);
         es_pointwise_i8(x, wp, b, mu, sh, sc, y1, &p);

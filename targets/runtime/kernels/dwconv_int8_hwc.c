@@ -1,0 +1,822 @@
+/* Depthwise conv2d, int8, computed channel-innermost (HWC) on the runtime's CHW tensors.
+ * Bit-identical to the reference es_conv2d_i8 (conv_int8.c) for group == C == M.
+ *
+ * Why. A depthwise conv sums over taps only, never over channels. es_dwconv2d_i8
+ * (conv_int8_fast.c) therefore works one channel plane at a time and vectorises along the
+ * output row. Late in a MobileNet the planes are small (4x4 to 16x16) and the channels
+ * many (96 to 384): a row is then 4 to 16 lanes and the per-channel setup (padding the
+ * plane, loop bounds, requantising a short plane) costs more than the multiplies.
+ * XNNPACK puts the channels in the vector lanes instead (NHWC): each tap is one full-width
+ * multiply-add over 16 channels whatever the plane size, and the weights, bias and
+ * requantisation constants of those channels stay in registers for the whole plane. This
+ * kernel does the same on blocks of 16 channels and pays for the layout with two
+ * transposes: CHW int8 rows in, CHW int8 rows out.
+ *
+ * Method, for each block of 16 channels (the last one padded with zero weights):
+ *  1. Input rows. Output row oh reads the padded input rows r = oh*SH + kh*DH. Each such
+ *     row is transposed once into a ring of row slots, channel innermost; the left and
+ *     right padding stand for 0 (the reference skips padded taps, which is the same as
+ *     adding 0). Row r lives in slot (r / DH) % NR, NR = KH: the KH rows of one output row
+ *     are consecutive in r / DH, so they never share a slot, and a row the next output rows
+ *     need again (stride < kernel) is still there. Rows in the top or bottom padding are
+ *     never stored; their taps are skipped.
+ *  2. Taps. acc[ow][c] = bias[c] + sum over taps of xrow[ow*SW + kw*DW][c] * w[kh][kw][c],
+ *     16 channels per vector, unit stride in memory.
+ *  3. Output. Accumulators are requantised per channel (es_mul_q per lane) into 16 bytes
+ *     per output column; once a few output rows hold at least 16 columns, the block
+ *     [column][16 channels] is transposed into 16 CHW runs of contiguous bytes.
+ *
+ * Weights are packed by the generator as int8 [KH][KW][Cp], Cp = C rounded up to 16, zero
+ * in the padded channels: the 16 weights of one tap and channel block are one load.
+ * Scratch (ES_I8_DW_HWC_SCRATCH bytes, from the arena) does not grow with C: the ring of
+ * NR rows of Wp columns of 16 channels, the output columns, the block's weights.
+ *
+ * AVX-512 with VNNI. vpdpbusd multiplies 64 unsigned by signed bytes and adds each four
+ * into one int32 lane, so a ring column j holds per channel the four bytes
+ * (x[j], x[j+DW], x[j+2DW], x[j+3DW]) + 128: taps kw .. kw+3 of one kernel row, and a
+ * 3x3 kernel is one instruction per kernel row for 16 channels (the fourth weight is 0).
+ * The padding is x_zp + 128, and sum (x + 128) w = sum (x - x_zp) w + (x_zp + 128) sum w,
+ * so each output row starts from the bias less (x_zp + 128) times the weight sums of the
+ * kernel rows it reads. With DW = 1 the four bytes are contiguous in CHW memory: the
+ * columns j = 4i are a transpose of 32-bit words (two-source dword permutes), and the
+ * columns 4i + k are funnel shifts of two neighbours, (q[4i] >> 8k) | (q[4i+4] << 32-8k)
+ * per lane, made only where the stride reads them. Narrow rows (W < 16) are transposed
+ * 16 / W at a time, since a channel's consecutive rows are contiguous: one transpose then
+ * carries several rows instead of one mostly empty row, and the ring has NR = KH + B - 1
+ * slots so that a batch of B rows never evicts a row the current output row reads. Other
+ * dilations go through a byte transpose of the row. Four output columns share each weight
+ * vector and are requantised together, packed to int8 by saturating packs. The output
+ * transpose is 16x16 bytes in four registers: dword permutes, an in-lane byte shuffle that
+ * transposes each 4x4, and a dword permute that puts the rows in place.
+ * Portable C (every other target). The ring holds int16 rows of x - x_zp and each tap is a
+ * 16-lane multiply-accumulate over 8 output columns that GCC vectorises at -O3. The
+ * transposes are 16x16 byte zips where 128-bit vectors exist (SSE2, AArch64 NEON), and
+ * the requantisation is per lane in AVX2 (es_mulq8v_avx2) or NEON (vmull, then vrshl and
+ * vqmovn, which round and saturate exactly as es_mul_q); plain loops elsewhere. */
+#include <string.h>
+
+#include "../edgesmith_rt.h"
+#include "../es_simd.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512VNNI__)
+#define ES_DW_HWC_VNNI 1
+#include <immintrin.h>
+#endif
+
+/* The per-row steps stay separate functions: inlined into one loop nest, their vector
+ * state spills and the kernel runs up to 1.5x slower (GCC 12, AVX-512). */
+#if defined(__GNUC__)
+#define ES_DW_NOINLINE __attribute__((noinline))
+#else
+#define ES_DW_NOINLINE
+#endif
+
+/* Where things are in scratch: the plan, each region on a multiple of 64 bytes, summing to
+ * ES_I8_DW_HWC_SCRATCH(KH, KW, DH, DW, W, OW, Wp), whose terms are these in turn (the
+ * weights region holds both builds' layouts, the row sums are used by the VNNI one). */
+typedef struct {
+    unsigned char *ring; /* nr slots of Wp columns x 64 bytes (16 channels x 4, or x 2 int16) */
+    unsigned char *cols; /* DW > 1: one padded row as byte columns of 16 channels */
+    int8_t *obuf;        /* obc output columns x 16 channels */
+    unsigned char *wts;  /* the block's weights: KH x KQ quads x 16 (VNNI), or KH*KW x 16 int16 */
+    int32_t *corr;       /* VNNI: KH x 16, (x_zp + 128) times each kernel row's weight sum */
+    int32_t *tag;        /* nr: the padded row each slot holds, -1 when none */
+    int32_t *vkh;        /* KH: the kernel rows that exist for the current output row ... */
+    int32_t *voff;       /* KH: ... and where their slots start in ring (bytes) */
+    int slot;            /* bytes per ring slot */
+    int ncols;           /* columns in cols */
+    int batch, nr;       /* input rows transposed together, ring slots (KH + batch - 1) */
+    int rb, obc;         /* output rows per output transpose, output column capacity */
+} dw_scratch;
+
+static dw_scratch dw_layout(int32_t *scratch, const es_conv_params *p, int Wp) {
+    dw_scratch s;
+    unsigned char *b = (unsigned char *)scratch;
+    const int KH = p->KH;
+    s.slot = Wp * 64;
+#if defined(ES_DW_HWC_VNNI)
+    s.batch = (int)ES_I8_DW_HWC_BATCH(p->KW, p->DH, p->DW, p->W);
+#else
+    s.batch = 1;
+#endif
+    s.nr = KH + s.batch - 1;
+    s.ncols = p->DW > 1 ? (Wp + 3 * p->DW + 15) / 16 * 16 : 0;
+    s.rb = p->OW >= 16 ? 1 : (p->OW + 15) / p->OW;
+    s.obc = (int)ES_I8_DW_HWC_OBC(p->OW); /* rb*OW rounded up to 16 */
+    s.ring = b;
+    b += (size_t)s.nr * (size_t)s.slot;
+    s.cols = b;
+    b += 16u * (size_t)s.ncols;
+    s.obuf = (int8_t *)b;
+    b += 16u * (size_t)s.obc;
+    s.wts = b;
+    b += 64u * (size_t)KH * (size_t)((p->KW + 1) / 2);
+    s.corr = (int32_t *)b;
+    b += 64u * (size_t)KH;
+    s.tag = (int32_t *)b;
+    s.vkh = s.tag + s.nr;
+    s.voff = s.vkh + KH;
+    return s;
+}
+
+#if defined(ES_DW_HWC_VNNI)
+
+/* 16 bytes of every channel: columns j0 .. j0+15 of the padded row (x_zp outside input
+ * columns 0 .. n-1, which start at padded column lo) into a[k], lane l = channel 4k + l */
+static inline void load_rows(__m512i a[4], const int8_t *src, size_t cstride, int nc,
+                             int j0, int lo, int n, __m128i zp8) {
+    const int first = j0 - lo; /* the input column of padded column j0 */
+    const int vb = first < 0 ? -first : 0, ve = n - first < 16 ? n - first : 16;
+    const __mmask16 lm = ve > vb ? (__mmask16)(((1u << ve) - 1u) & ~((1u << vb) - 1u)) : 0;
+    __m128i r[16];
+    int c, k;
+    for (c = 0; c < 16; ++c) {
+        /* padded column j0 of channel c; with left padding that is before the row, so the
+         * address is formed in integers (the masked-off bytes are never read) */
+        const void *q = (const void *)((uintptr_t)src + (uintptr_t)c * cstride +
+                                       (uintptr_t)(intptr_t)first);
+        r[c] = c >= nc ? zp8
+               : lm == 0xffff ? _mm_loadu_si128((const __m128i *)q)
+                              : _mm_mask_loadu_epi8(zp8, lm, q);
+    }
+    for (k = 0; k < 4; ++k) {
+        __m512i v = _mm512_castsi128_si512(r[4 * k]);
+        v = _mm512_inserti32x4(v, r[4 * k + 1], 1);
+        v = _mm512_inserti32x4(v, r[4 * k + 2], 2);
+        a[k] = _mm512_inserti32x4(v, r[4 * k + 3], 3);
+    }
+}
+
+/* z[g] = dword g (bytes 4g..4g+3) of the 16 rows in a, row i at dword i */
+static inline void tr_dwords(const __m512i a[4], __m512i z[4]) {
+    /* dwords (i, g) for the eight rows of a pair of registers, g in {0, 1} or {2, 3}: the
+     * eight of the lower g, then the eight of the upper */
+    const __m512i g01 =
+        _mm512_set_epi32(29, 25, 21, 17, 13, 9, 5, 1, 28, 24, 20, 16, 12, 8, 4, 0);
+    const __m512i g23 =
+        _mm512_set_epi32(31, 27, 23, 19, 15, 11, 7, 3, 30, 26, 22, 18, 14, 10, 6, 2);
+    const __m512i p01 = _mm512_permutex2var_epi32(a[0], g01, a[1]); /* rows 0-7 */
+    const __m512i q01 = _mm512_permutex2var_epi32(a[2], g01, a[3]); /* rows 8-15 */
+    const __m512i p23 = _mm512_permutex2var_epi32(a[0], g23, a[1]);
+    const __m512i q23 = _mm512_permutex2var_epi32(a[2], g23, a[3]);
+    z[0] = _mm512_shuffle_i64x2(p01, q01, 0x44);
+    z[1] = _mm512_shuffle_i64x2(p01, q01, 0xee);
+    z[2] = _mm512_shuffle_i64x2(p23, q23, 0x44);
+    z[3] = _mm512_shuffle_i64x2(p23, q23, 0xee);
+}
+
+/* b = the transpose of the 16x16 byte matrix a (4 rows per register, one per lane) */
+static inline void tr16x16(const __m512i a[4], __m512i b[4]) {
+    /* byte 4k + r of a lane <- byte 4r + k: each lane's 4x4 transposed; the same pattern of
+     * dwords (d4) moves dword 4l + k to 4k + l across lanes */
+    const __m512i t4 = _mm512_set4_epi32(0x0f0b0703, 0x0e0a0602, 0x0d090501, 0x0c080400);
+    const __m512i d4 = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    __m512i z[4];
+    int g;
+    tr_dwords(a, z);
+    for (g = 0; g < 4; ++g) b[g] = _mm512_permutexvar_epi32(d4, _mm512_shuffle_epi8(z[g], t4));
+}
+
+/* Ring columns j + r, r = step, 2 step, .. < 4, below Wp: bytes r .. r+3 of the eight bytes
+ * (lo, hi) of each channel, the quads of columns j and j + 4 */
+static inline void shifted_quads(unsigned char *dst, __m512i lo, __m512i hi, int j, int Wp,
+                                 int step) {
+    if (step == 1 && j + 1 < Wp)
+        _mm512_storeu_si512(dst + (size_t)(j + 1) * 64,
+                            _mm512_or_si512(_mm512_srli_epi32(lo, 8), _mm512_slli_epi32(hi, 24)));
+    if (step <= 2 && j + 2 < Wp)
+        _mm512_storeu_si512(dst + (size_t)(j + 2) * 64,
+                            _mm512_or_si512(_mm512_srli_epi32(lo, 16), _mm512_slli_epi32(hi, 16)));
+    if (step == 1 && j + 3 < Wp)
+        _mm512_storeu_si512(dst + (size_t)(j + 3) * 64,
+                            _mm512_or_si512(_mm512_srli_epi32(lo, 24), _mm512_slli_epi32(hi, 8)));
+}
+
+/* One padded row into a ring slot when DW = 1: column j is bytes j .. j+3 of the row
+ * (+ 128). Columns 4i come from a dword transpose; the others, as far as the stride reads
+ * them (j = ow*SW mod 4 is a multiple of gcd(SW, 4) = step), from byte shifts. */
+ES_DW_NOINLINE static void fill_row_quads(unsigned char *dst, const int8_t *src,
+                                          size_t cstride, int nc, int lo, int n, int Wp,
+                                          int step, int32_t xzp) {
+    const __m128i zp8 = _mm_set1_epi8((char)xzp);
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512i prev = _mm512_setzero_si512();
+    int j0, g;
+    for (j0 = 0; j0 < Wp; j0 += 16) {
+        __m512i a[4], z[4];
+        load_rows(a, src, cstride, nc, j0, lo, n, zp8);
+        tr_dwords(a, z);
+        for (g = 0; g < 4; ++g) z[g] = _mm512_xor_si512(z[g], flip);
+        if (j0 > 0) shifted_quads(dst, prev, z[0], j0 - 4, Wp, step);
+        for (g = 0; g < 4 && j0 + 4 * g < Wp; ++g) {
+            _mm512_storeu_si512(dst + (size_t)(j0 + 4 * g) * 64, z[g]);
+            if (g < 3) shifted_quads(dst, z[g], z[g + 1], j0 + 4 * g, Wp, step);
+        }
+        prev = z[3];
+    }
+    /* past the padded row only zero weights read the bytes: the padding will do */
+    shifted_quads(dst, prev, _mm512_xor_si512(_mm512_broadcast_i32x4(zp8), flip), j0 - 4, Wp,
+                  step);
+}
+
+/* the four bytes k .. k+3 of the eight bytes (lo, hi) of each lane, k = 0..3 */
+static inline __m512i funnel(__m512i lo, __m512i hi, int k) {
+#if defined(__AVX512VBMI2__)
+    return _mm512_shrdv_epi32(lo, hi, _mm512_set1_epi32(8 * k));
+#else
+    const __m128i r = _mm_cvtsi32_si128(8 * k), l = _mm_cvtsi32_si128(32 - 8 * k);
+    return k ? _mm512_or_si512(_mm512_srl_epi32(lo, r), _mm512_sll_epi32(hi, l)) : lo;
+#endif
+}
+
+/* Narrow rows (W < 16, DH = DW = 1): nb <= 16 / W whole rows are nb*W contiguous bytes of
+ * each channel plane, so one dword transpose carries them all. The quad at padded column j
+ * of row b is flat bytes f .. f+3, f = b*W + j - lo, two neighbouring dwords funnel-shifted;
+ * bytes outside the row's input columns are replaced by the padding. */
+ES_DW_NOINLINE static void fill_rows_narrow(const dw_scratch *s, const int8_t *src,
+                                            size_t cstride, int nc, int nb, int W, int lo,
+                                            int n, int Wp, int r, int step, int32_t xzp) {
+    const __m128i zp8 = _mm_set1_epi8((char)xzp);
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const __m512i pad = _mm512_xor_si512(_mm512_broadcast_i32x4(zp8), flip);
+    __m512i a[4], zz[6]; /* zz[g + 1]: flat bytes 4g .. 4g+3; zz[0], zz[5] padding */
+    int g, b, j;
+    load_rows(a, src, cstride, nc, 0, 0, nb * W, zp8);
+    tr_dwords(a, zz + 1);
+    for (g = 1; g < 5; ++g) zz[g] = _mm512_xor_si512(zz[g], flip);
+    zz[0] = zz[5] = pad;
+    for (b = 0; b < nb; ++b) {
+        const int slot = (r + b) % s->nr, base = b * W - lo + 4; /* f + 4 for j = 0 */
+        unsigned char *dst = s->ring + (size_t)slot * s->slot;
+        for (j = 0; j < Wp; j += step) {
+            const int o = j - lo; /* input column of the quad's first byte */
+            __m512i q;
+            if (o >= 0 && o + 3 < n) { /* inside the row */
+                q = funnel(zz[(base + j) >> 2], zz[((base + j) >> 2) + 1], (base + j) & 3);
+            } else if (o + 3 < 0 || o >= n) { /* all padding */
+                q = pad;
+            } else { /* the row's first or last bytes */
+                unsigned keep = 0, e;
+                for (e = 0; e < 4; ++e) keep |= (o + (int)e >= 0 && o + (int)e < n) ? 1u << e : 0u;
+                q = funnel(zz[(base + j) >> 2], zz[((base + j) >> 2) + 1], (base + j) & 3);
+                q = _mm512_mask_blend_epi8((__mmask64)(keep * 0x1111111111111111ULL), pad, q);
+            }
+            _mm512_storeu_si512(dst + (size_t)j * 64, q);
+        }
+        s->tag[slot] = r + b;
+    }
+}
+
+/* (c0, c1, c2, c3) byte columns of 16 channels -> 16 quads (c0[c], c1[c], c2[c], c3[c]) */
+static inline __m512i quads16(__m128i c0, __m128i c1, __m128i c2, __m128i c3) {
+    const __m128i t0 = _mm_unpacklo_epi8(c0, c1), t1 = _mm_unpackhi_epi8(c0, c1);
+    const __m128i t2 = _mm_unpacklo_epi8(c2, c3), t3 = _mm_unpackhi_epi8(c2, c3);
+    __m512i q = _mm512_castsi128_si512(_mm_unpacklo_epi16(t0, t2));
+    q = _mm512_inserti32x4(q, _mm_unpackhi_epi16(t0, t2), 1);
+    q = _mm512_inserti32x4(q, _mm_unpacklo_epi16(t1, t3), 2);
+    return _mm512_inserti32x4(q, _mm_unpackhi_epi16(t1, t3), 3);
+}
+
+/* One padded row into a ring slot for any DW: transposed into byte columns (+ 128) in
+ * s->cols, Wp + 3 DW of them, then column j gathers columns j, j+DW, j+2DW, j+3DW */
+ES_DW_NOINLINE static void fill_row_dilated(const dw_scratch *s, unsigned char *dst,
+                                            const int8_t *src, size_t cstride, int nc, int lo,
+                                            int n, int Wp, int DW, int32_t xzp) {
+    const __m128i zp8 = _mm_set1_epi8((char)xzp);
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    int j0, j, k;
+    for (j0 = 0; j0 < s->ncols; j0 += 16) {
+        __m512i a[4], b[4];
+        load_rows(a, src, cstride, nc, j0, lo, n, zp8);
+        tr16x16(a, b);
+        for (k = 0; k < 4; ++k)
+            _mm512_storeu_si512(s->cols + (size_t)(j0 + 4 * k) * 16, _mm512_xor_si512(b[k], flip));
+    }
+    for (j = 0; j < Wp; ++j) {
+        const unsigned char *cj = s->cols + (size_t)j * 16;
+        const size_t d = (size_t)DW * 16;
+        _mm512_storeu_si512(dst + (size_t)j * 64,
+                            quads16(_mm_loadu_si128((const __m128i *)cj),
+                                    _mm_loadu_si128((const __m128i *)(cj + d)),
+                                    _mm_loadu_si128((const __m128i *)(cj + 2 * d)),
+                                    _mm_loadu_si128((const __m128i *)(cj + 3 * d))));
+    }
+}
+
+/* The block's weights as KH x KQ quads (w[kh][4q + e][c], e < 4, 0 past KW), and
+ * corr[kh] = (x_zp + 128) * sum over kw of w[kh][kw][c] */
+static void block_weights(const dw_scratch *s, const int8_t *w, int KH, int KW, int Cp,
+                          int32_t xzp) {
+    const int KQ = (KW + 3) / 4;
+    const __m512i zu = _mm512_set1_epi8((char)(xzp + 128));
+    int kh, q, e;
+    for (kh = 0; kh < KH; ++kh) {
+        __m512i corr = _mm512_setzero_si512();
+        for (q = 0; q < KQ; ++q) {
+            __m128i t[4];
+            __m512i wq;
+            for (e = 0; e < 4; ++e)
+                t[e] = 4 * q + e < KW ? _mm_loadu_si128((const __m128i *)(
+                                            w + (size_t)(kh * KW + 4 * q + e) * Cp))
+                                      : _mm_setzero_si128();
+            wq = quads16(t[0], t[1], t[2], t[3]);
+            _mm512_storeu_si512(s->wts + (size_t)(kh * KQ + q) * 64, wq);
+            corr = _mm512_dpbusd_epi32(corr, zu, wq);
+        }
+        _mm512_storeu_si512(s->corr + (size_t)kh * 16, corr);
+    }
+}
+
+/* requantisation constants of a block of 16 channels. wide: some lane has shift > 0 or a
+ * negative multiplier, so the rescaled value may leave int32 and must saturate as
+ * es_mul_q does (es_mulq16v_avx512). Otherwise it fits, and when every shift is < 0
+ * (high) the total shift of 32 or more is the high words of the rounded products (a floor
+ * for either sign) shifted right by the rest in 32-bit lanes. The even lanes' constants
+ * are in the low halves of the 64-bit lanes (_e), the odd lanes' moved there (_o). */
+typedef struct {
+    __m512i mult, shift, mult_o, half_e, half_o, tot_e, tot_o, rest;
+    __m512i yzp, qmin, qmax, yzp16, qmin8, qmax8;
+    int wide, high;
+} dw_rq;
+
+static void block_consts(__m512i *bias, dw_rq *q, const int32_t *b, const int32_t *mult,
+                         const int32_t *shift, int nc, const es_conv_params *p) {
+    const __mmask16 cm = (__mmask16)((1u << nc) - 1u);
+    const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi64(1);
+    __m512i total;
+    *bias = _mm512_maskz_loadu_epi32(cm, b);
+    q->mult = _mm512_maskz_loadu_epi32(cm, mult);
+    q->shift = _mm512_mask_loadu_epi32(_mm512_set1_epi32(-1), cm, shift); /* pad lanes: -1 */
+    total = _mm512_sub_epi32(_mm512_set1_epi32(31), q->shift);
+    q->mult_o = _mm512_srli_epi64(q->mult, 32);
+    q->tot_e = _mm512_and_si512(total, _mm512_set1_epi64(0xffffffffLL));
+    q->tot_o = _mm512_srli_epi64(total, 32);
+    q->half_e = _mm512_sllv_epi64(one, _mm512_sub_epi64(q->tot_e, one));
+    q->half_o = _mm512_sllv_epi64(one, _mm512_sub_epi64(q->tot_o, one));
+    q->rest = _mm512_sub_epi32(total, _mm512_set1_epi32(32));
+    q->yzp = _mm512_set1_epi32(p->y_zp);
+    q->qmin = _mm512_set1_epi32(p->qmin);
+    q->qmax = _mm512_set1_epi32(p->qmax);
+    q->yzp16 = _mm512_set1_epi16((short)p->y_zp);
+    q->qmin8 = _mm512_set1_epi8((char)p->qmin);
+    q->qmax8 = _mm512_set1_epi8((char)p->qmax);
+    q->wide = _mm512_cmpgt_epi32_mask(q->shift, zero) != 0 ||
+              _mm512_cmplt_epi32_mask(q->mult, zero) != 0;
+    q->high = _mm512_cmpge_epi32_mask(q->shift, zero) == 0;
+}
+
+/* es_mul_q of 16 lanes */
+static inline __m512i rescale(__m512i acc, const dw_rq *q) {
+    __m512i even, odd;
+    if (q->wide) return es_mulq16v_avx512(acc, q->mult, q->shift);
+    even = _mm512_add_epi64(_mm512_mul_epi32(acc, q->mult), q->half_e);
+    odd = _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(acc, 32), q->mult_o), q->half_o);
+    if (q->high)
+        return _mm512_srav_epi32(
+            _mm512_mask_blend_epi32((__mmask16)0xAAAA, _mm512_srli_epi64(even, 32), odd), q->rest);
+    return _mm512_mask_blend_epi32((__mmask16)0xAAAA, _mm512_srav_epi64(even, q->tot_e),
+                                   _mm512_slli_epi64(_mm512_srav_epi64(odd, q->tot_o), 32));
+}
+
+/* one output column: 16 bytes sat8(es_mul_q(acc) + y_zp) clamped to [qmin, qmax] */
+static inline void store1(int8_t *o, __m512i acc, const dw_rq *q) {
+    __m512i v = _mm512_add_epi32(rescale(acc, q), q->yzp);
+    v = _mm512_min_epi32(_mm512_max_epi32(v, q->qmin), q->qmax);
+    _mm_storeu_si128((__m128i *)o, _mm512_cvtepi32_epi8(v));
+}
+
+/* four output columns, 64 bytes. Packing to int16 with saturation before adding y_zp
+ * (saturating) and clamping gives the same bytes: a value outside int16 is outside
+ * [qmin - y_zp, qmax - y_zp] either way. The packs interleave the four columns by lane;
+ * the dword permute puts each column's 16 bytes together. */
+static inline void store4(int8_t *o, const __m512i acc[4], const dw_rq *q) {
+    const __m512i d4 = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    const __m512i p01 =
+        _mm512_adds_epi16(_mm512_packs_epi32(rescale(acc[0], q), rescale(acc[1], q)), q->yzp16);
+    const __m512i p23 =
+        _mm512_adds_epi16(_mm512_packs_epi32(rescale(acc[2], q), rescale(acc[3], q)), q->yzp16);
+    __m512i v = _mm512_packs_epi16(p01, p23);
+    v = _mm512_min_epi8(_mm512_max_epi8(v, q->qmin8), q->qmax8);
+    _mm512_storeu_si512(o, _mm512_permutexvar_epi32(d4, v));
+}
+
+/* acc[t] += the quads at x + t*sc times w, t = 0..3: four taps for four output columns */
+static inline void tap4(__m512i acc[4], const unsigned char *x, size_t sc, __m512i w) {
+    acc[0] = _mm512_dpbusd_epi32(acc[0], _mm512_loadu_si512(x), w);
+    acc[1] = _mm512_dpbusd_epi32(acc[1], _mm512_loadu_si512(x + sc), w);
+    acc[2] = _mm512_dpbusd_epi32(acc[2], _mm512_loadu_si512(x + 2 * sc), w);
+    acc[3] = _mm512_dpbusd_epi32(acc[3], _mm512_loadu_si512(x + 3 * sc), w);
+}
+
+/* one output row of the block: OW columns of 16 bytes into o; any kernel */
+static void row_taps(int8_t *o, const dw_scratch *s, int nv, __m512i bias, const dw_rq *rqp,
+                     int OW, int SW, int DW, int KQ) {
+    const dw_rq rc = *rqp, *rq = &rc; /* a local copy: stores to o cannot alias it */
+    const size_t sc = (size_t)SW * 64, dq = (size_t)DW * 256; /* to the next column, quad */
+    int ow, i, q;
+    for (ow = 0; ow + 4 <= OW; ow += 4) {
+        __m512i a[4];
+        a[0] = a[1] = a[2] = a[3] = bias;
+        for (i = 0; i < nv; ++i) {
+            const unsigned char *xr = s->ring + s->voff[i] + (size_t)ow * sc;
+            const unsigned char *wr = s->wts + (size_t)s->vkh[i] * KQ * 64;
+            for (q = 0; q < KQ; ++q)
+                tap4(a, xr + (size_t)q * dq, sc, _mm512_loadu_si512(wr + (size_t)q * 64));
+        }
+        store4(o + (size_t)ow * 16, a, rq);
+    }
+    for (; ow < OW; ++ow) {
+        __m512i a = bias;
+        for (i = 0; i < nv; ++i) {
+            const unsigned char *xr = s->ring + s->voff[i] + (size_t)ow * sc;
+            const unsigned char *wr = s->wts + (size_t)s->vkh[i] * KQ * 64;
+            for (q = 0; q < KQ; ++q)
+                a = _mm512_dpbusd_epi32(a, _mm512_loadu_si512(xr + (size_t)q * dq),
+                                        _mm512_loadu_si512(wr + (size_t)q * 64));
+        }
+        store1(o + (size_t)ow * 16, a, rq);
+    }
+}
+
+/* the same for three kernel rows of up to four taps (3x3), the quads in registers. A
+ * row in the vertical padding comes as another row's pointer and a zero weight. */
+static void row_taps_3(int8_t *o, const unsigned char *const r[3], const __m512i w[3],
+                       __m512i bias, const dw_rq *rqp, int OW, int SW) {
+    const dw_rq rc = *rqp, *rq = &rc; /* a local copy: stores to o cannot alias it */
+    const size_t sc = (size_t)SW * 64;
+    const __m512i w0 = w[0], w1 = w[1], w2 = w[2];
+    const unsigned char *r0 = r[0], *r1 = r[1], *r2 = r[2];
+    int ow;
+    for (ow = 0; ow + 4 <= OW; ow += 4) {
+        const size_t off = (size_t)ow * sc;
+        __m512i a[4];
+        a[0] = a[1] = a[2] = a[3] = bias;
+        tap4(a, r0 + off, sc, w0);
+        tap4(a, r1 + off, sc, w1);
+        tap4(a, r2 + off, sc, w2);
+        store4(o + (size_t)ow * 16, a, rq);
+    }
+    for (; ow < OW; ++ow) {
+        const size_t off = (size_t)ow * sc;
+        __m512i a = _mm512_dpbusd_epi32(bias, _mm512_loadu_si512(r0 + off), w0);
+        a = _mm512_dpbusd_epi32(a, _mm512_loadu_si512(r1 + off), w1);
+        a = _mm512_dpbusd_epi32(a, _mm512_loadu_si512(r2 + off), w2);
+        store1(o + (size_t)ow * 16, a, rq);
+    }
+}
+
+/* one output row of the block into o, OW columns of 16 bytes; the bias less the
+ * unsigned-input correction of the kernel rows that exist */
+ES_DW_NOINLINE static void block_row(int8_t *o, const dw_scratch *s, int nv, __m512i bias,
+                                     const dw_rq *rq, const es_conv_params *p) {
+    int i;
+    for (i = 0; i < nv; ++i)
+        bias = _mm512_sub_epi32(bias, _mm512_loadu_si512(s->corr + (size_t)s->vkh[i] * 16));
+    if (p->KH == 3 && p->KW <= 4 && nv > 0) {
+        const unsigned char *r[3];
+        __m512i wk[3];
+        int kh, v = 0;
+        for (kh = 0; kh < 3; ++kh) {
+            const int on = v < nv && s->vkh[v] == kh;
+            r[kh] = s->ring + s->voff[on ? v : 0];
+            wk[kh] = on ? _mm512_loadu_si512(s->wts + kh * 64) : _mm512_setzero_si512();
+            v += on;
+        }
+        row_taps_3(o, r, wk, bias, rq, p->OW, p->SW);
+    } else {
+        row_taps(o, s, nv, bias, rq, p->OW, p->SW, p->KW > 1 ? p->DW : 1, (p->KW + 3) / 4);
+    }
+}
+
+/* n output columns of 16 bytes (o, capacity rounded up to 16 columns) to CHW y: channel c
+ * gets its n bytes at y + c*plane */
+static void store_cols(int8_t *y, const int8_t *o, int n, size_t plane, int nc) {
+    int j0, k;
+    for (j0 = 0; j0 < n; j0 += 16) {
+        const int m = n - j0 < 16 ? n - j0 : 16;
+        const __mmask16 lm = (__mmask16)((1u << m) - 1u);
+        __m512i a[4], b[4];
+        __m128i r[16];
+        for (k = 0; k < 4; ++k) a[k] = _mm512_loadu_si512(o + (size_t)(j0 + 4 * k) * 16);
+        tr16x16(a, b);
+        for (k = 0; k < 4; ++k) {
+            r[4 * k] = _mm512_castsi512_si128(b[k]);
+            r[4 * k + 1] = _mm512_extracti32x4_epi32(b[k], 1);
+            r[4 * k + 2] = _mm512_extracti32x4_epi32(b[k], 2);
+            r[4 * k + 3] = _mm512_extracti32x4_epi32(b[k], 3);
+        }
+        for (k = 0; k < nc; ++k) _mm_mask_storeu_epi8(y + (size_t)k * plane + j0, lm, r[k]);
+    }
+}
+
+#else /* portable C */
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+/* 16x16 byte transposes for the two layout changes, where 128-bit vectors exist (SSE2,
+ * AArch64 NEON); plain loops elsewhere. zip_k(a, b) interleaves the low (zlo) or high (zhi)
+ * halves of a and b in k-bit units: SSE2 unpack, NEON zip1 / zip2. */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define ES_DW_TR16 1
+typedef __m128i dw_v16;
+static inline dw_v16 zlo8(dw_v16 a, dw_v16 b) { return _mm_unpacklo_epi8(a, b); }
+static inline dw_v16 zhi8(dw_v16 a, dw_v16 b) { return _mm_unpackhi_epi8(a, b); }
+static inline dw_v16 zlo16(dw_v16 a, dw_v16 b) { return _mm_unpacklo_epi16(a, b); }
+static inline dw_v16 zhi16(dw_v16 a, dw_v16 b) { return _mm_unpackhi_epi16(a, b); }
+static inline dw_v16 zlo32(dw_v16 a, dw_v16 b) { return _mm_unpacklo_epi32(a, b); }
+static inline dw_v16 zhi32(dw_v16 a, dw_v16 b) { return _mm_unpackhi_epi32(a, b); }
+static inline dw_v16 zlo64(dw_v16 a, dw_v16 b) { return _mm_unpacklo_epi64(a, b); }
+static inline dw_v16 zhi64(dw_v16 a, dw_v16 b) { return _mm_unpackhi_epi64(a, b); }
+static inline dw_v16 ld16(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
+static inline void st16(void *p, dw_v16 v) { _mm_storeu_si128((__m128i *)p, v); }
+/* the 16 bytes of v as int16 minus zp, into d[0..15] */
+static inline void widen16(int16_t *d, dw_v16 v, int32_t zp) {
+    const __m128i z = _mm_set1_epi16((short)zp);
+    st16(d, _mm_sub_epi16(_mm_srai_epi16(_mm_unpacklo_epi8(v, v), 8), z));
+    st16(d + 8, _mm_sub_epi16(_mm_srai_epi16(_mm_unpackhi_epi8(v, v), 8), z));
+}
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+#define ES_DW_TR16 1
+typedef uint8x16_t dw_v16;
+static inline dw_v16 zlo8(dw_v16 a, dw_v16 b) { return vzip1q_u8(a, b); }
+static inline dw_v16 zhi8(dw_v16 a, dw_v16 b) { return vzip2q_u8(a, b); }
+static inline dw_v16 zlo16(dw_v16 a, dw_v16 b) {
+    return vreinterpretq_u8_u16(vzip1q_u16(vreinterpretq_u16_u8(a), vreinterpretq_u16_u8(b)));
+}
+static inline dw_v16 zhi16(dw_v16 a, dw_v16 b) {
+    return vreinterpretq_u8_u16(vzip2q_u16(vreinterpretq_u16_u8(a), vreinterpretq_u16_u8(b)));
+}
+static inline dw_v16 zlo32(dw_v16 a, dw_v16 b) {
+    return vreinterpretq_u8_u32(vzip1q_u32(vreinterpretq_u32_u8(a), vreinterpretq_u32_u8(b)));
+}
+static inline dw_v16 zhi32(dw_v16 a, dw_v16 b) {
+    return vreinterpretq_u8_u32(vzip2q_u32(vreinterpretq_u32_u8(a), vreinterpretq_u32_u8(b)));
+}
+static inline dw_v16 zlo64(dw_v16 a, dw_v16 b) {
+    return vreinterpretq_u8_u64(vzip1q_u64(vreinterpretq_u64_u8(a), vreinterpretq_u64_u8(b)));
+}
+static inline dw_v16 zhi64(dw_v16 a, dw_v16 b) {
+    return vreinterpretq_u8_u64(vzip2q_u64(vreinterpretq_u64_u8(a), vreinterpretq_u64_u8(b)));
+}
+static inline dw_v16 ld16(const void *p) { return vld1q_u8((const uint8_t *)p); }
+static inline void st16(void *p, dw_v16 v) { vst1q_u8((uint8_t *)p, v); }
+static inline void widen16(int16_t *d, dw_v16 v, int32_t zp) {
+    const int8x16_t s = vreinterpretq_s8_u8(v);
+    const int16x8_t z = vdupq_n_s16((int16_t)zp);
+    vst1q_s16(d, vsubq_s16(vmovl_s8(vget_low_s8(s)), z));
+    vst1q_s16(d + 8, vsubq_s16(vmovl_s8(vget_high_s8(s)), z));
+}
+#endif
+
+#if defined(ES_DW_TR16)
+/* r[0..15] := its transpose (r[i] byte j becomes r[j] byte i): zips of 8, 16, 32 and 64 bits */
+static void tr16(dw_v16 r[16]) {
+    dw_v16 t[16], u[16];
+    int i, g;
+    for (i = 0; i < 8; ++i) { /* rows 2i, 2i+1 interleaved: columns 0-7, then 8-15 */
+        t[i] = zlo8(r[2 * i], r[2 * i + 1]);
+        t[i + 8] = zhi8(r[2 * i], r[2 * i + 1]);
+    }
+    for (g = 0; g < 2; ++g) /* rows 4i..4i+3: columns 8g + 0-3, then 8g + 4-7 */
+        for (i = 0; i < 4; ++i) {
+            u[8 * g + i] = zlo16(t[8 * g + 2 * i], t[8 * g + 2 * i + 1]);
+            u[8 * g + i + 4] = zhi16(t[8 * g + 2 * i], t[8 * g + 2 * i + 1]);
+        }
+    for (g = 0; g < 4; ++g) { /* u[4g..4g+3]: columns 4g..4g+3 of row quads 0..3 */
+        const dw_v16 v0 = zlo32(u[4 * g], u[4 * g + 1]), v1 = zhi32(u[4 * g], u[4 * g + 1]);
+        const dw_v16 v2 = zlo32(u[4 * g + 2], u[4 * g + 3]);
+        const dw_v16 v3 = zhi32(u[4 * g + 2], u[4 * g + 3]);
+        r[4 * g] = zlo64(v0, v2);
+        r[4 * g + 1] = zhi64(v0, v2);
+        r[4 * g + 2] = zlo64(v1, v3);
+        r[4 * g + 3] = zhi64(v1, v3);
+    }
+}
+#endif
+
+/* one input row into its ring slot as int16 x - x_zp (the padding columns stay 0) */
+static void fill_row(unsigned char *slot, const int8_t *src, size_t cstride, int nc, int lo,
+                     int n, int32_t xzp) {
+    int16_t *dst = (int16_t *)(void *)slot + (size_t)lo * 16;
+    int c, j = 0;
+#if defined(ES_DW_TR16)
+    for (; j + 16 <= n && nc == 16; j += 16) { /* 16 whole columns of 16 channels */
+        dw_v16 r[16];
+        int t;
+        for (c = 0; c < 16; ++c) r[c] = ld16(src + (size_t)c * cstride + j);
+        tr16(r);
+        for (t = 0; t < 16; ++t) widen16(dst + (size_t)(j + t) * 16, r[t], xzp);
+    }
+#endif
+    for (c = 0; c < nc; ++c) {
+        const int8_t *sr = src + (size_t)c * cstride;
+        int i;
+        for (i = j; i < n; ++i) dst[(size_t)i * 16 + c] = (int16_t)((int32_t)sr[i] - xzp);
+    }
+}
+
+/* acc[t][c] += x[t*SW][c] * w[c], t < nt, c < 16: one tap for nt output columns */
+static void tap_cols(int32_t *restrict acc, const int16_t *restrict x,
+                     const int16_t *restrict w, int nt, int SW) {
+    int t, c;
+    for (t = 0; t < nt; ++t)
+        for (c = 0; c < 16; ++c)
+            acc[t * 16 + c] += (int32_t)x[(size_t)t * SW * 16 + c] * (int32_t)w[c];
+}
+
+/* a block's bias and requantisation constants; wide: some shift > 0 or multiplier < 0 */
+typedef struct {
+    int32_t bias[16], mult[16], shift[16];
+    int wide;
+} dw_consts;
+
+/* o[c] = sat8(es_mul_q(a[c], mult[c], shift[c]) + y_zp) clamped, c < 16 */
+static void requant16(int8_t *o, const int32_t *a, const dw_consts *k, const es_conv_params *p) {
+    int c;
+#if defined(__ARM_NEON)
+    /* vrshl by -(31 - shift) is the single round-half-up right shift, exact in 64 bits;
+     * vqmovn saturates to int32 as es_mul_q does: any shift and multiplier */
+    for (c = 0; c < 16; c += 8) {
+        int32x4_t v[2];
+        int h;
+        for (h = 0; h < 2; ++h) {
+            const int32x4_t x = vld1q_s32(a + c + 4 * h), m = vld1q_s32(k->mult + c + 4 * h);
+            const int32x4_t nt = vsubq_s32(vld1q_s32(k->shift + c + 4 * h), vdupq_n_s32(31));
+            const int64x2_t lo = vrshlq_s64(vmull_s32(vget_low_s32(x), vget_low_s32(m)),
+                                            vmovl_s32(vget_low_s32(nt)));
+            const int64x2_t hi = vrshlq_s64(vmull_s32(vget_high_s32(x), vget_high_s32(m)),
+                                            vmovl_s32(vget_high_s32(nt)));
+            v[h] = vaddq_s32(vcombine_s32(vqmovn_s64(lo), vqmovn_s64(hi)), vdupq_n_s32(p->y_zp));
+            v[h] = vminq_s32(vmaxq_s32(v[h], vdupq_n_s32(p->qmin)), vdupq_n_s32(p->qmax));
+        }
+        vst1_s8(o + c, vmovn_s16(vcombine_s16(vmovn_s32(v[0]), vmovn_s32(v[1]))));
+    }
+#else
+#if defined(__AVX2__)
+    if (!k->wide) {
+        const __m256i zp = _mm256_set1_epi32(p->y_zp);
+        const __m256i lo = _mm256_set1_epi32(p->qmin), hi = _mm256_set1_epi32(p->qmax);
+        __m256i v[2], w;
+        for (c = 0; c < 2; ++c) {
+            v[c] = es_mulq8v_avx2(_mm256_loadu_si256((const __m256i *)(a + 8 * c)),
+                                  _mm256_loadu_si256((const __m256i *)(k->mult + 8 * c)),
+                                  _mm256_loadu_si256((const __m256i *)(k->shift + 8 * c)));
+            v[c] = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(v[c], zp), lo), hi);
+        }
+        /* the packs interleave 128-bit lanes: put them back in order before the last one */
+        w = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[0], v[1]), 0xd8);
+        _mm_storeu_si128((__m128i *)o, _mm_packs_epi16(_mm256_castsi256_si128(w),
+                                                       _mm256_extracti128_si256(w, 1)));
+        return;
+    }
+#endif
+    for (c = 0; c < 16; ++c)
+        o[c] = es_sat8(es_mul_q(a[c], k->mult[c], k->shift[c]) + p->y_zp, p->qmin, p->qmax);
+#endif
+}
+
+/* one output row of the block into o, OW columns of 16 bytes, 8 columns at a time */
+ES_DW_NOINLINE static void block_row(int8_t *o, const dw_scratch *s, int nv,
+                                     const dw_consts *k, const es_conv_params *p) {
+    const int KW = p->KW, SW = p->SW, DW = p->DW;
+    int32_t acc[8 * 16];
+    int ow, nt, t, i, kw, c;
+    for (ow = 0; ow < p->OW; ow += nt) {
+        nt = p->OW - ow < 8 ? p->OW - ow : 8;
+        for (t = 0; t < nt; ++t)
+            for (c = 0; c < 16; ++c) acc[t * 16 + c] = k->bias[c];
+        for (i = 0; i < nv; ++i) {
+            const int16_t *xr = (const int16_t *)(const void *)(s->ring + s->voff[i]);
+            const int16_t *wr = (const int16_t *)(const void *)s->wts;
+            for (kw = 0; kw < KW; ++kw)
+                tap_cols(acc, xr + ((size_t)ow * SW + (size_t)kw * DW) * 16,
+                         wr + ((size_t)s->vkh[i] * KW + kw) * 16, nt, SW);
+        }
+        for (t = 0; t < nt; ++t) requant16(o + (size_t)(ow + t) * 16, acc + t * 16, k, p);
+    }
+}
+
+/* n output columns of 16 bytes (o, capacity rounded up to 16 columns) to CHW y: channel c
+ * gets its n bytes at y + c*plane */
+static void store_cols(int8_t *y, const int8_t *o, int n, size_t plane, int nc) {
+    int c, j = 0;
+#if defined(ES_DW_TR16)
+    for (; j < n; j += 16) {
+        const int m = n - j < 16 ? n - j : 16;
+        dw_v16 r[16];
+        int8_t part[16];
+        int t;
+        for (t = 0; t < 16; ++t) r[t] = ld16(o + (size_t)(j + t) * 16);
+        tr16(r);
+        for (c = 0; c < nc; ++c) {
+            if (m == 16) {
+                st16(y + (size_t)c * plane + j, r[c]);
+            } else {
+                st16(part, r[c]);
+                memcpy(y + (size_t)c * plane + j, part, (size_t)m);
+            }
+        }
+    }
+#endif
+    for (c = 0; c < nc; ++c) {
+        int8_t *d = y + (size_t)c * plane;
+        int i;
+        for (i = j; i < n; ++i) d[i] = o[(size_t)i * 16 + c];
+    }
+}
+
+#endif
+
+void es_dwconv2d_i8_hwc(const int8_t *x, const int8_t *w, const int32_t *bias,
+                        const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
+                        const es_conv_params *p) {
+    const int C = p->C, H = p->H, W = p->W, OH = p->OH, OW = p->OW, KH = p->KH, KW = p->KW;
+    const int SH = p->SH, DH = p->DH, PT = p->PT, PL = p->PL;
+    const int Cp = (C + 15) / 16 * 16;
+    const int Wp = (OW - 1) * p->SW + (KW - 1) * p->DW + 1;
+    const size_t plane = (size_t)OH * OW, cstride = (size_t)H * W;
+    /* the input columns that land in the padded row: lo .. lo + n - 1 */
+    const int lo = PL < Wp ? PL : Wp;
+    const int n = (PL + W < Wp ? PL + W : Wp) - lo;
+    const dw_scratch s = dw_layout(scratch, p, Wp);
+    int cb, oh, kh;
+#if !defined(ES_DW_HWC_VNNI)
+    memset(s.ring, 0, (size_t)s.nr * s.slot); /* the padding columns stay 0 */
+#endif
+    for (cb = 0; cb < C; cb += 16) {
+        const int nc = C - cb < 16 ? C - cb : 16;
+        int orow = 0;        /* output rows waiting in s.obuf */
+        int rem = 0, s0 = 0; /* (oh*SH) % DH, and (oh*SH / DH) % nr: the slot of kernel row 0 */
+#if defined(ES_DW_HWC_VNNI)
+        const int step = (p->SW & 1) ? 1 : (p->SW & 3) ? 2 : 4; /* gcd(SW, 4) */
+        __m512i bv;
+        dw_rq rq;
+        block_consts(&bv, &rq, bias + cb, mult + cb, shift + cb, nc, p);
+        block_weights(&s, w + cb, KH, KW, Cp, p->x_zp);
+#else
+        dw_consts k;
+        int i;
+        int16_t *wts = (int16_t *)(void *)s.wts;
+        k.wide = 0;
+        for (i = 0; i < 16; ++i) {
+            k.bias[i] = i < nc ? bias[cb + i] : 0;
+            k.mult[i] = i < nc ? mult[cb + i] : 0;
+            k.shift[i] = i < nc ? shift[cb + i] : 0;
+            k.wide |= k.shift[i] > 0 || k.mult[i] < 0;
+        }
+        for (i = 0; i < KH * KW * 16; ++i) wts[i] = w[(size_t)(i / 16) * Cp + cb + i % 16];
+#endif
+        for (kh = 0; kh < s.nr; ++kh) s.tag[kh] = -1;
+        for (oh = 0; oh < OH; ++oh) {
+            int nv = 0;
+            if (oh > 0) { /* advanced by SH without dividing */
+                s0 += SH / DH;
+                rem += SH % DH;
+                if (rem >= DH) {
+                    rem -= DH;
+                    ++s0;
+                }
+                while (s0 >= s.nr) s0 -= s.nr;
+            }
+            for (kh = 0; kh < KH; ++kh) { /* the rows this output row reads, each filled once */
+                /* row r = oh*SH + kh*DH is in slot (r / DH) % nr = (s0 + kh) % nr */
+                const int r = oh * SH + kh * DH, ih = r - PT;
+                const int slot = s0 + kh < s.nr ? s0 + kh : s0 + kh - s.nr;
+                if (ih < 0 || ih >= H) continue;
+                if (s.tag[slot] != r) {
+                    const int8_t *src = x + (size_t)cb * cstride + (size_t)ih * W;
+                    unsigned char *dst = s.ring + (size_t)slot * s.slot;
+#if defined(ES_DW_HWC_VNNI)
+                    if (s.batch > 1)
+                        fill_rows_narrow(&s, src, cstride, nc, s.batch < H - ih ? s.batch : H - ih,
+                                         W, lo, n, Wp, r, step, p->x_zp);
+                    else if (p->DW == 1 || KW == 1)
+                        fill_row_quads(dst, src, cstride, nc, lo, n, Wp, step, p->x_zp);
+                    else
+                        fill_row_dilated(&s, dst, src, cstride, nc, lo, n, Wp, p->DW, p->x_zp);
+#else
+                    fill_row(dst, src, cstride, nc, lo, n, p->x_zp);
+#endif
+                    s.tag[slot] = r;
+                }
+                s.vkh[nv] = kh;
+                s.voff[nv] = slot * s.slot;
+                ++nv;
+            }
+#if defined(ES_DW_HWC_VNNI)
+            block_row(s.obuf + (size_t)orow * OW * 16, &s, nv, bv, &rq, p);
+#else
+            block_row(s.obuf + (size_t)orow * OW * 16, &s, nv, &k, p);
+#endif
+            if (++orow == s.rb || oh == OH - 1) {
+                store_cols(y + (size_t)cb * plane + (size_t)(oh + 1 - orow) * OW, s.obuf,
+                           orow * OW, plane, nc);
+                orow = 0;
+            }
+        }
+    }
+}
