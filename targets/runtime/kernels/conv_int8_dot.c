@@ -69,10 +69,22 @@ static void to_quads_u8(const int8_t *x, uint32_t *xt, const es_dot_plan *d,
     for (c4 = 0; c4 < d->C4; ++c4) {
         const uint32_t keep =
             4 * c4 + 3 < p->C ? 0xffffffffu : 0xffffffffu >> (8 * (4 * c4 + 4 - p->C));
+        const int8_t *src[4];
+        for (i = 0; i < 4; ++i) {
+            const int c = 4 * c4 + i < p->C ? 4 * c4 + i : 4 * c4;
+            src[i] = x + (size_t)c * H * W;
+        }
+        if (PL == 0 && Wp == W && p->PT == 0 && d->Hp <= H) {
+            /* no padding and no extra columns (a 1x1 conv): the rows are contiguous on
+             * both sides, so the plane is one long row, whatever the row length */
+            quads_row(xt + (size_t)c4 * d->Hp * Wp, (size_t)d->Hp * Wp, src[0], src[1],
+                      src[2], src[3], keep, pad4);
+            continue;
+        }
         for (r = 0; r < d->Hp; ++r) {
             const int ih = r - p->PT;
             uint32_t *dst = xt + ((size_t)c4 * d->Hp + r) * Wp;
-            const int8_t *src[4];
+            const size_t row = (size_t)ih * W;
             if (ih < 0 || ih >= H) {
                 for (q = 0; q < Wp; ++q) dst[q] = pad4;
                 continue;
@@ -80,11 +92,9 @@ static void to_quads_u8(const int8_t *x, uint32_t *xt, const es_dot_plan *d,
             for (q = 0; q < lo; ++q) dst[q] = pad4;
             for (q = hi > lo ? hi : lo; q < Wp; ++q) dst[q] = pad4;
             if (hi <= lo) continue; /* the row lies in the padding */
-            for (i = 0; i < 4; ++i) { /* lo == PL here: the row's first input column */
-                const int c = 4 * c4 + i < p->C ? 4 * c4 + i : 4 * c4;
-                src[i] = x + ((size_t)c * H + ih) * W;
-            }
-            quads_row(dst + lo, (size_t)(hi - lo), src[0], src[1], src[2], src[3], keep, pad4);
+            /* lo == PL here: the row's first input column */
+            quads_row(dst + lo, (size_t)(hi - lo), src[0] + row, src[1] + row, src[2] + row,
+                      src[3] + row, keep, pad4);
         }
     }
 }
