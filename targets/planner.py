@@ -2,9 +2,10 @@
 
 Buffers live from the step that writes them to the last step that reads them (graph
 outputs to the end, inputs from the start). Element-wise steps may write in place over an
-input whose life ends there. Offsets come from two greedy placements (by size, by
-conflicts); the smaller arena wins. The report puts the arena next to the liveness lower
-bound (the most bytes ever live at once) and the naive sum of all buffers.
+input whose life ends there. Offsets come from four greedy placements (by size, by
+conflicts, by end and by start of life); the smallest arena wins. The report puts the
+arena next to the liveness lower bound (the most bytes ever live at once) and the naive
+sum of all buffers.
 
 The placement core (``place``) works on plain intervals, so it is tested on random
 interval sets against a brute-force optimum.
@@ -78,13 +79,20 @@ def place_in_order(order: Sequence[Interval]) -> tuple[dict[str, int], int]:
 
 
 def place(intervals: Sequence[Interval]) -> tuple[dict[str, int], int, str]:
-    """Best of greedy-by-size and greedy-by-conflicts; returns (offsets, arena, strategy)."""
+    """Best of four greedy orders; returns (offsets, arena, strategy). By size and by
+    conflicts are the classic two; by end of life (then size) packs a chain of short-lived
+    buffers next to one large scratch, which both miss on small models (digits INT8:
+    11,392 B by size, 10,624 B by end, 10,560 B lower bound). Placement is quadratic in
+    the buffer count, so four passes cost nothing next to code generation."""
     ivs = list(intervals)
     by_size = sorted(ivs, key=lambda i: (-i.size, i.start, i.name))
     conflicts = {i.name: sum(j.size for j in ivs if j is not i and j.overlaps(i)) for i in ivs}
     by_conf = sorted(ivs, key=lambda i: (-(conflicts[i.name] + i.size), -i.size, i.name))
+    by_end = sorted(ivs, key=lambda i: (i.end, -i.size, i.name))
+    by_start = sorted(ivs, key=lambda i: (i.start, -i.size, i.name))
     best = None
-    for name, order in (("greedy_by_size", by_size), ("greedy_by_conflicts", by_conf)):
+    for name, order in (("greedy_by_size", by_size), ("greedy_by_conflicts", by_conf),
+                        ("greedy_by_end", by_end), ("greedy_by_start", by_start)):
         offsets, top = place_in_order(order)
         if best is None or top < best[1]:
             best = (offsets, top, name)

@@ -124,16 +124,18 @@ def test_generated_int8_model_uses_fast_paths_and_reference_switch(work, digits_
 def test_int8_digits_arena_fits_under_tflite_micro(digits_qdq):
     """The K-blocked im2col keeps conv scratch small: the whole digits INT8 arena stays
     under the 12,592 B TFLite Micro's allocator reports for the same model, with the int16
-    GEMM and with the VNNI dot-product kernel (in-place taps, tap-blocked im2col)."""
+    GEMM and with the VNNI dot-product kernel (in-place taps, tap-blocked im2col), and the
+    planner stays within 5% of the liveness lower bound."""
     from edgesmith.targets.ir import lower
     from edgesmith.targets.isa import VNNI
     from edgesmith.targets.lower.int8 import gemm_i8_scratch
     from edgesmith.targets.planner import plan
 
-    assert plan(lower(digits_qdq, "int8")).arena_bytes <= 12592
+    gemm = plan(lower(digits_qdq, "int8"))
+    assert gemm.arena_bytes <= 12592 and gemm.efficiency >= 0.95
     dot = lower(digits_qdq, "int8", VNNI)
     assert {c.fn for st in dot.steps for c in st.calls} >= {"es_conv2d_i8_dot"}
-    assert plan(dot).arena_bytes <= 12592
+    assert plan(dot).arena_bytes <= 12592 and plan(dot).efficiency >= 0.95
     assert gemm_i8_scratch(27, 32) == 64 * 14  # short reduction: one tile, no partials
     assert gemm_i8_scratch(576, 64) == 64 * 64 + 64 * 64  # blocked: 64 pairs + [M][16]
 
