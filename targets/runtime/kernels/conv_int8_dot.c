@@ -169,6 +169,23 @@ static __m512i start(const dot_block *b, const int32_t *bias, int m) {
     return b->first ? _mm512_set1_epi32(bias[m]) : _mm512_loadu_si512(b->part + (size_t)m * TP);
 }
 
+/* the 16 sums of channel m in one tile: kept as partial sums, or requantised into y, straight
+ * or through the tile's segments */
+static inline void put_row(const dot_block *b, __m512i acc, int m, int8_t *y, int P,
+                           const int32_t *mult, const int32_t *shift, int32_t y_zp,
+                           int32_t qmin, int32_t qmax) {
+    int8_t v[TP];
+    if (!b->last) {
+        _mm512_storeu_si512(b->part + (size_t)m * TP, acc);
+    } else if (b->nseg == 1 && b->lane[0] == 0) {
+        es_requant16_avx512(acc, y + (size_t)m * P + b->pix[0], b->len[0], mult[m], shift[m],
+                            y_zp, qmin, qmax);
+    } else {
+        es_requant16_avx512(acc, v, TP, mult[m], shift[m], y_zp, qmin, qmax);
+        store_lanes(b, v, y + (size_t)m * P);
+    }
+}
+
 /* 8 channels (rows m0..m0+7 of w4, rows past nr repeat the last) x 16 pixels */
 static void tile_8x16(const dot_block *b, const int8_t *w4, int K4, const int32_t *bias,
                       const int32_t *mult, const int32_t *shift, int m0, int nr, int8_t *y,
@@ -204,22 +221,73 @@ static void tile_8x16(const dot_block *b, const int8_t *w4, int K4, const int32_
             }
         }
     {
-        /* locals: the int8 stores below may alias *p and *b, which would force reloads */
+        /* locals: the int8 stores below may alias *p, which would force reloads */
         const __m512i s[TM] = {s0, s1, s2, s3, s4, s5, s6, s7};
         const int32_t y_zp = p->y_zp, qmin = p->qmin, qmax = p->qmax;
-        const int straight = b->nseg == 1 && b->lane[0] == 0, p0 = b->pix[0], n = b->len[0];
-        int8_t v[TP];
-        for (r = 0; r < nr; ++r) {
-            const int m = m0 + r;
-            int8_t *ym = y + (size_t)m * P;
-            if (!b->last) {
-                _mm512_storeu_si512(b->part + (size_t)m * TP, s[r]);
-            } else if (straight) {
-                es_requant16_avx512(s[r], ym + p0, n, mult[m], shift[m], y_zp, qmin, qmax);
-            } else {
-                es_requant16_avx512(s[r], v, TP, mult[m], shift[m], y_zp, qmin, qmax);
-                store_lanes(b, v, ym);
+        for (r = 0; r < nr; ++r)
+            put_row(b, s[r], m0 + r, y, P, mult, shift, y_zp, qmin, qmax);
+    }
+}
+
+/* two direct tiles side by side (a's 16 pixels, then b's, the next 16 words of the same
+ * taps): 16 accumulators share each weight broadcast and the per-call work, which for the
+ * short reductions of 1x1 convs over few channels is a large part of a tile */
+static void tile_8x32(const dot_block *a, const dot_block *b, const int8_t *w4, int K4,
+                      const int32_t *bias, const int32_t *mult, const int32_t *shift, int m0,
+                      int nr, int8_t *y, int P, const es_conv_params *p) {
+    const int8_t *wr[TM];
+    __m512i s0, s1, s2, s3, s4, s5, s6, s7, u0, u1, u2, u3, u4, u5, u6, u7;
+    int r, i, j, c4;
+    for (r = 0; r < TM; ++r) wr[r] = w4 + (size_t)(m0 + (r < nr ? r : nr - 1)) * K4 * 4;
+    s0 = u0 = _mm512_set1_epi32(bias[m0]);
+    s1 = u1 = _mm512_set1_epi32(bias[m0 + (nr > 1 ? 1 : 0)]);
+    s2 = u2 = _mm512_set1_epi32(bias[m0 + (nr > 2 ? 2 : 0)]);
+    s3 = u3 = _mm512_set1_epi32(bias[m0 + (nr > 3 ? 3 : 0)]);
+    s4 = u4 = _mm512_set1_epi32(bias[m0 + (nr > 4 ? 4 : 0)]);
+    s5 = u5 = _mm512_set1_epi32(bias[m0 + (nr > 5 ? 5 : 0)]);
+    s6 = u6 = _mm512_set1_epi32(bias[m0 + (nr > 6 ? 6 : 0)]);
+    s7 = u7 = _mm512_set1_epi32(bias[m0 + (nr > 7 ? 7 : 0)]);
+    for (i = 0; i < a->nkh; ++i)
+        for (j = 0; j < a->nkw; ++j) {
+            const uint8_t *cb = a->base + (size_t)i * a->kh_step + (size_t)j * a->kw_step;
+            const int k = (i * a->nkw + j) * a->C4 * 4;
+            for (c4 = 0; c4 < a->C4; ++c4) {
+                const __m512i ca = _mm512_loadu_si512(cb + (size_t)c4 * a->c4_step);
+                const __m512i cc = _mm512_loadu_si512(cb + (size_t)c4 * a->c4_step + TP * 4);
+                const int kq = k + 4 * c4;
+                __m512i w = _mm512_set1_epi32(quad(wr[0] + kq));
+                s0 = _mm512_dpbusd_epi32(s0, ca, w);
+                u0 = _mm512_dpbusd_epi32(u0, cc, w);
+                w = _mm512_set1_epi32(quad(wr[1] + kq));
+                s1 = _mm512_dpbusd_epi32(s1, ca, w);
+                u1 = _mm512_dpbusd_epi32(u1, cc, w);
+                w = _mm512_set1_epi32(quad(wr[2] + kq));
+                s2 = _mm512_dpbusd_epi32(s2, ca, w);
+                u2 = _mm512_dpbusd_epi32(u2, cc, w);
+                w = _mm512_set1_epi32(quad(wr[3] + kq));
+                s3 = _mm512_dpbusd_epi32(s3, ca, w);
+                u3 = _mm512_dpbusd_epi32(u3, cc, w);
+                w = _mm512_set1_epi32(quad(wr[4] + kq));
+                s4 = _mm512_dpbusd_epi32(s4, ca, w);
+                u4 = _mm512_dpbusd_epi32(u4, cc, w);
+                w = _mm512_set1_epi32(quad(wr[5] + kq));
+                s5 = _mm512_dpbusd_epi32(s5, ca, w);
+                u5 = _mm512_dpbusd_epi32(u5, cc, w);
+                w = _mm512_set1_epi32(quad(wr[6] + kq));
+                s6 = _mm512_dpbusd_epi32(s6, ca, w);
+                u6 = _mm512_dpbusd_epi32(u6, cc, w);
+                w = _mm512_set1_epi32(quad(wr[7] + kq));
+                s7 = _mm512_dpbusd_epi32(s7, ca, w);
+                u7 = _mm512_dpbusd_epi32(u7, cc, w);
             }
+        }
+    {
+        const __m512i s[TM] = {s0, s1, s2, s3, s4, s5, s6, s7};
+        const __m512i u[TM] = {u0, u1, u2, u3, u4, u5, u6, u7};
+        const int32_t y_zp = p->y_zp, qmin = p->qmin, qmax = p->qmax;
+        for (r = 0; r < nr; ++r) {
+            put_row(a, s[r], m0 + r, y, P, mult, shift, y_zp, qmin, qmax);
+            put_row(b, u[r], m0 + r, y, P, mult, shift, y_zp, qmin, qmax);
         }
     }
 }
@@ -252,6 +320,16 @@ static void tile_8x16(const dot_block *b, const int8_t *w4, int K4, const int32_
             v[l] = es_sat8(es_mul_q(acc[l], mult[m], shift[m]) + p->y_zp, p->qmin, p->qmax);
         store_lanes(b, v, y + (size_t)m * P);
     }
+}
+#endif
+
+#if !defined(ES_DOT_VNNI)
+/* two direct tiles: in plain C, one after the other */
+static void tile_8x32(const dot_block *a, const dot_block *b, const int8_t *w4, int K4,
+                      const int32_t *bias, const int32_t *mult, const int32_t *shift, int m0,
+                      int nr, int8_t *y, int P, const es_conv_params *p) {
+    tile_8x16(a, w4, K4, bias, mult, shift, m0, nr, y, P, p);
+    tile_8x16(b, w4, K4, bias, mult, shift, m0, nr, y, P, p);
 }
 #endif
 
@@ -313,10 +391,21 @@ void es_conv2d_i8_dot(const int8_t *x, const int8_t *w4, const int32_t *bias_u8,
         b.nkw = p->KW;
         b.k0 = 0;
         b.first = b.last = 1;
-        for (v0 = 0; v0 < V; v0 += TP) {
+        for (v0 = 0; v0 < V; v0 += 2 * TP) { /* tiles in pairs where there are two */
+            dot_block b2 = b;
+            int m0;
             b.base = (const uint8_t *)(xt + v0);
+            b2.base = (const uint8_t *)(xt + v0 + TP);
             direct_segments(&b, v0, V, d.Wp, p->OW);
-            if (b.nseg > 0) tile_all(&b, w4, K4, bias_u8, mult, shift, y, p);
+            direct_segments(&b2, v0 + TP, V, d.Wp, p->OW);
+            if (b.nseg == 0 || b2.nseg == 0) { /* one tile (or none) has outputs */
+                if (b.nseg > 0) tile_all(&b, w4, K4, bias_u8, mult, shift, y, p);
+                if (b2.nseg > 0) tile_all(&b2, w4, K4, bias_u8, mult, shift, y, p);
+                continue;
+            }
+            for (m0 = 0; m0 < p->M; m0 += TM)
+                tile_8x32(&b, &b2, w4, K4, bias_u8, mult, shift, m0,
+                          (p->M - m0) < TM ? (p->M - m0) : TM, y, P, p);
         }
         return;
     }
