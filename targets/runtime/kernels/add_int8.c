@@ -2,7 +2,7 @@
  * of headroom, summed, rescaled to the output), same shapes or NumPy broadcasting.
  *
  * es_add_i8_ref is the plain per-element loop, kept as the oracle. es_add_i8 runs the
- * same arithmetic 16 elements at a time with AVX2 or NEON (sign-extend to int32, the
+ * same arithmetic 16 elements at a time with AVX-512, AVX2 or NEON (sign-extend to int32, the
  * es_simd.h forms of es_mul_q, clamp, saturating narrow of values already in range), so
  * its output is bit-identical; it falls back to the reference loop for tails, for
  * portable builds, and for parameters outside what the SIMD helpers cover (a left shift
@@ -48,7 +48,46 @@ static int simd_ok(const es_qadd_params *p) {
 }
 #endif
 
-#if defined(__AVX2__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+/* rescaled() on 16 bytes: one zmm of int32, es_simd.h's 16-lane es_mul_q */
+static inline __m512i rescaled16(__m128i x16, int32_t zp, int32_t left, int32_t mult,
+                                 int32_t shift) {
+    const __m512i v = _mm512_sub_epi32(_mm512_cvtepi8_epi32(x16), _mm512_set1_epi32(zp));
+    return es_mulq16_avx512(_mm512_sll_epi32(v, _mm_cvtsi32_si128(left)), mult, shift);
+}
+
+/* elements [0, n - n % 16) of es_add_i8; returns how many it did. to_output() on 16 sums
+ * is es_requant16_avx512, the conv kernels' int8 store. */
+static int add_simd(const int8_t *a, const int8_t *b, int8_t *y, int n,
+                    const es_qadd_params *p) {
+    int i;
+    for (i = 0; i + 16 <= n; i += 16) {
+        const __m512i av = rescaled16(_mm_loadu_si128((const __m128i *)(a + i)), p->a_zp,
+                                      p->left_shift, p->a_mult, p->a_shift);
+        const __m512i bv = rescaled16(_mm_loadu_si128((const __m128i *)(b + i)), p->b_zp,
+                                      p->left_shift, p->b_mult, p->b_shift);
+        es_requant16_avx512(p->sub ? _mm512_sub_epi32(av, bv) : _mm512_add_epi32(av, bv),
+                            y + i, 16, p->y_mult, p->y_shift, p->y_zp, p->qmin, p->qmax);
+    }
+    return i;
+}
+
+/* elements [0, n - n % 16) of add_i8_run_vs_one: x rescaled, then k - x or x + k */
+static int run_vs_one_simd(const int8_t *x, int32_t x_zp, int32_t x_mult, int32_t x_shift,
+                           int32_t k, int k_minus_x, int8_t *y, int n,
+                           const es_qadd_params *p) {
+    const __m512i kv = _mm512_set1_epi32(k);
+    int i;
+    for (i = 0; i + 16 <= n; i += 16) {
+        const __m512i xv = rescaled16(_mm_loadu_si128((const __m128i *)(x + i)), x_zp,
+                                      p->left_shift, x_mult, x_shift);
+        es_requant16_avx512(k_minus_x ? _mm512_sub_epi32(kv, xv) : _mm512_add_epi32(xv, kv),
+                            y + i, 16, p->y_mult, p->y_shift, p->y_zp, p->qmin, p->qmax);
+    }
+    return i;
+}
+
+#elif defined(__AVX2__)
 /* rescaled() on the low 8 bytes of x8 */
 static inline __m256i rescaled8(__m128i x8, int32_t zp, int32_t left, int32_t mult,
                                 int32_t shift) {
