@@ -145,17 +145,6 @@ typedef struct {
     int nseg, lane[TP], len[TP], pix[TP];
 } dot_block;
 
-/* requantised lanes to their output pixels in row m (a byte loop: segments are short, and
- * a memcpy of a variable length is a library call) */
-static void store_lanes(const dot_block *b, const int8_t *v, int8_t *ym) {
-    int s, l;
-    for (s = 0; s < b->nseg; ++s) {
-        const int8_t *src = v + b->lane[s];
-        int8_t *dst = ym + b->pix[s];
-        for (l = 0; l < b->len[s]; ++l) dst[l] = src[l];
-    }
-}
-
 #if defined(ES_DOT_VNNI)
 /* 4 weight bytes as one int32 (memcpy: the weights are int8 storage) */
 static int32_t quad(const int8_t *w) {
@@ -175,14 +164,23 @@ static inline void put_row(const dot_block *b, __m512i acc, int m, int8_t *y, in
                            const int32_t *mult, const int32_t *shift, int32_t y_zp,
                            int32_t qmin, int32_t qmax) {
     int8_t v[TP];
+    int s;
     if (!b->last) {
         _mm512_storeu_si512(b->part + (size_t)m * TP, acc);
     } else if (b->nseg == 1 && b->lane[0] == 0) {
         es_requant16_avx512(acc, y + (size_t)m * P + b->pix[0], b->len[0], mult[m], shift[m],
                             y_zp, qmin, qmax);
-    } else {
+    } else { /* each segment: its lanes shuffled down to lane 0, one masked store */
+        __m128i q;
         es_requant16_avx512(acc, v, TP, mult[m], shift[m], y_zp, qmin, qmax);
-        store_lanes(b, v, y + (size_t)m * P);
+        q = _mm_loadu_si128((const __m128i *)v);
+        for (s = 0; s < b->nseg; ++s) {
+            const __m128i from = _mm_add_epi8(
+                _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                _mm_set1_epi8((char)b->lane[s]));
+            _mm_mask_storeu_epi8(y + (size_t)m * P + b->pix[s],
+                                 (__mmask16)((1u << b->len[s]) - 1u), _mm_shuffle_epi8(q, from));
+        }
     }
 }
 
@@ -292,6 +290,17 @@ static void tile_8x32(const dot_block *a, const dot_block *b, const int8_t *w4, 
     }
 }
 #else
+/* requantised lanes to their output pixels in row m (a byte loop: segments are short, and
+ * a memcpy of a variable length is a library call) */
+static void store_lanes(const dot_block *b, const int8_t *v, int8_t *ym) {
+    int s, l;
+    for (s = 0; s < b->nseg; ++s) {
+        const int8_t *src = v + b->lane[s];
+        int8_t *dst = ym + b->pix[s];
+        for (l = 0; l < b->len[s]; ++l) dst[l] = src[l];
+    }
+}
+
 /* the same tile in plain C: acc[l] = bias (or the partial sums) + this block's u * w */
 static void tile_8x16(const dot_block *b, const int8_t *w4, int K4, const int32_t *bias,
                       const int32_t *mult, const int32_t *shift, int m0, int nr, int8_t *y,
