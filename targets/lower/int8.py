@@ -419,18 +419,23 @@ def gemm_i8_scratch(k: int, m: int) -> int:
 
 def dot_i8_scratch(p: dict) -> int:
     """Bytes of es_conv2d_i8_dot scratch for conv params ``p`` (conv_params' fields);
-    mirrors es_i8_dot_plan / es_i8_dot_scratch in edgesmith_rt.h: stride-1 convs read the
-    padded input in place (unless the dropped padded columns cost over 1/4 more tiles);
-    the rest add an im2col block, blocked by the fewest taps that fill 32 words when that
-    plus the [M][16] int32 partial sums is the smaller."""
+    mirrors es_i8_dot_plan / es_i8_dot_scratch in edgesmith_rt.h: stride-1 and stride-2
+    convs with at most 7x7 taps read the (2x2-phase split) padded input in place, unless
+    the dropped padded columns cost over 1/4 more tiles; the rest add an im2col block,
+    blocked by the fewest taps that fill 32 words when that plus the [M][16] int32
+    partial sums is the smaller."""
     hp = (p["OH"] - 1) * p["SH"] + (p["KH"] - 1) * p["DH"] + 1
     wp = (p["OW"] - 1) * p["SW"] + (p["KW"] - 1) * p["DW"] + 1
     c4, taps = (p["C"] + 3) // 4, p["KH"] * p["KW"]
+    s = p["SH"] if p["SH"] == p["SW"] and p["SH"] <= 2 else 0
+    hq, wq = -(-hp // max(s, 1)), -(-wp // max(s, 1))
     tiles = -(-(p["OH"] * p["OW"]) // 16)
-    direct = p["SH"] == p["SW"] == 1 and 4 * -(-((p["OH"] - 1) * wp + p["OW"]) // 16) <= 5 * tiles
+    direct = s > 0 and taps <= 49 and 4 * -(-((p["OH"] - 1) * wq + p["OW"]) // 16) <= 5 * tiles
+    if not direct:
+        s, hq, wq = 1, hp, wp
     tb = min(-(-32 // c4), taps)
     kt = tb if not direct and tb * c4 + p["M"] < taps * c4 else taps
-    n = 4 * hp * wp * c4 + 64
+    n = 4 * s * s * hq * wq * c4 + 64 + (4 * wp if s > 1 else 0)
     if not direct:
         n += 64 * kt * c4
     return n + (64 * p["M"] if kt < taps else 0)

@@ -199,34 +199,50 @@ void es_conv2d_i8_gemm(const int8_t *x, const int32_t *wp, const int32_t *bias,
  * [M][KH][KW][C4*4] int8 (C4 = ceil(C/4)), bias_u8 = bias - (x_zp + 128) * row sums of w.
  * es_i8_dot_plan is the walk the kernel takes and es_i8_dot_scratch the scratch bytes it
  * needs; lower/int8.py dot_i8_scratch mirrors both. */
+#define ES_DOT_MAXT 49 /* taps a direct walk keeps offsets for (7x7); more use im2col */
 typedef struct {
     int Hp, Wp;  /* padded input rows and columns */
+    int S;       /* phases per axis: a direct stride-2 walk splits every quad plane into its
+                    2x2 (row parity, column parity) phases, so each tap reads one phase at
+                    stride 1; 1 otherwise */
+    int Hq, Wq;  /* rows and columns of one phase (Hp and Wp when S == 1) */
     int C4, T;   /* channel quads, taps */
-    int direct;  /* stride 1, unless that wastes over a quarter more tiles than im2col: tiles
-                    run over the flattened padded plane and taps read the input in place */
+    int direct;  /* stride 1 or 2, unless that wastes over a quarter more tiles than im2col:
+                    tiles run over the flattened (phase) plane, taps read the input in place */
     int KT;      /* otherwise, taps per im2col block: all T, unless the fewest taps that fill
                     32 words plus int32 [M][16] partial sums need less scratch */
 } es_dot_plan;
 
 static inline es_dot_plan es_i8_dot_plan(const es_conv_params *p) {
     es_dot_plan d;
+    const int s = p->SH == p->SW && p->SH <= 2 ? p->SH : 0;
     int tb;
     d.Hp = (p->OH - 1) * p->SH + (p->KH - 1) * p->DH + 1;
     d.Wp = (p->OW - 1) * p->SW + (p->KW - 1) * p->DW + 1;
     d.C4 = (p->C + 3) / 4;
     d.T = p->KH * p->KW;
-    d.direct = p->SH == 1 && p->SW == 1 &&
-               4 * (((p->OH - 1) * d.Wp + p->OW + 15) / 16) <= 5 * ((p->OH * p->OW + 15) / 16);
+    d.S = s ? s : 1;
+    d.Hq = (d.Hp + d.S - 1) / d.S;
+    d.Wq = (d.Wp + d.S - 1) / d.S;
+    d.direct = s > 0 && d.T <= ES_DOT_MAXT &&
+               4 * (((p->OH - 1) * d.Wq + p->OW + 15) / 16) <= 5 * ((p->OH * p->OW + 15) / 16);
+    if (!d.direct) { /* im2col reads plain planes */
+        d.S = 1;
+        d.Hq = d.Hp;
+        d.Wq = d.Wp;
+    }
     tb = (32 + d.C4 - 1) / d.C4 < d.T ? (32 + d.C4 - 1) / d.C4 : d.T;
     d.KT = !d.direct && tb * d.C4 + p->M < d.T * d.C4 ? tb : d.T;
     return d;
 }
 
-/* the im2col block and partial sums (im2col walk only), then the padded input as Hp*Wp*C4
- * 32-bit words, then 64 bytes that a direct tile's unused lanes may read */
+/* the im2col block and partial sums (im2col walk only), then the padded input as C4 quad
+ * planes of S*S phases of Hq*Wq 32-bit words, then 64 bytes that a direct tile's unused
+ * lanes may read, then (S == 2) one padded row of Wp words to split into phases */
 static inline size_t es_i8_dot_scratch(const es_conv_params *p) {
     const es_dot_plan d = es_i8_dot_plan(p);
-    size_t n = 4u * (size_t)d.Hp * (size_t)d.Wp * (size_t)d.C4 + 64u;
+    size_t n = 4u * (size_t)d.S * d.S * d.Hq * d.Wq * d.C4 + 64u;
+    if (d.S > 1) n += 4u * (size_t)d.Wp;
     if (!d.direct) n += 64u * (size_t)d.KT * (size_t)d.C4;
     if (d.KT < d.T) n += 64u * (size_t)p->M;
     return n;

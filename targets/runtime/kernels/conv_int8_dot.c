@@ -56,45 +56,59 @@ static void quads_row(uint32_t *restrict dst, size_t n, const int8_t *restrict s
     }
 }
 
-/* The padded input as planes of uint8 channel quads, xt[c4][r][q]: word (c4, r, q) holds
- * the bytes x[4*c4 + i][r - PT][q - PL] + 128 for in-bounds pixels, x_zp + 128 elsewhere
- * (padding reads as x = x_zp) and for the channels past C of the last quad (their weights
- * are zero; those lanes read channel 4*c4 and are masked to pad). */
-static void to_quads_u8(const int8_t *x, uint32_t *xt, const es_dot_plan *d,
+/* The padded input as planes of uint8 channel quads: word (c4, r, q) holds the bytes
+ * x[4*c4 + i][r - PT][q - PL] + 128 for in-bounds pixels, x_zp + 128 elsewhere (padding
+ * reads as x = x_zp) and for the channels past C of the last quad (their weights are zero;
+ * those lanes read channel 4*c4 and are masked to pad). With S == 1 the plane of quad c4
+ * is xt[c4][r][q]; with S == 2 it is split into phases, xt[c4][r % 2][q % 2][r / 2][q / 2],
+ * each row built whole in rowbuf first and dealt out by column parity. */
+static void to_quads_u8(const int8_t *x, uint32_t *xt, uint32_t *rowbuf, const es_dot_plan *d,
                         const es_conv_params *p) {
-    const int H = p->H, W = p->W, Wp = d->Wp, PL = p->PL;
+    const int H = p->H, W = p->W, Wp = d->Wp, PL = p->PL, S = d->S;
+    const size_t phase = (size_t)d->Hq * d->Wq, plane = phase * S * S;
     const uint32_t pad4 = (uint8_t)(p->x_zp + 128) * 0x01010101u;
     const int lo = PL < Wp ? PL : Wp, hi = PL + W < Wp ? PL + W : Wp;
     int c4, r, q, i;
     for (c4 = 0; c4 < d->C4; ++c4) {
         const uint32_t keep =
             4 * c4 + 3 < p->C ? 0xffffffffu : 0xffffffffu >> (8 * (4 * c4 + 4 - p->C));
+        uint32_t *xc = xt + (size_t)c4 * plane;
         const int8_t *src[4];
         for (i = 0; i < 4; ++i) {
             const int c = 4 * c4 + i < p->C ? 4 * c4 + i : 4 * c4;
             src[i] = x + (size_t)c * H * W;
         }
-        if (PL == 0 && Wp == W && p->PT == 0 && d->Hp <= H) {
+        if (S == 1 && PL == 0 && Wp == W && p->PT == 0 && d->Hp <= H) {
             /* no padding and no extra columns (a 1x1 conv): the rows are contiguous on
              * both sides, so the plane is one long row, whatever the row length */
-            quads_row(xt + (size_t)c4 * d->Hp * Wp, (size_t)d->Hp * Wp, src[0], src[1],
-                      src[2], src[3], keep, pad4);
+            quads_row(xc, (size_t)d->Hp * Wp, src[0], src[1], src[2], src[3], keep, pad4);
             continue;
         }
+        if (S == 2 && (d->Hp & 1)) /* phase rows 1 hold one row fewer: pad the last */
+            for (q = 0; q < 2 * d->Wq; ++q)
+                xc[2 * phase + (size_t)(q / d->Wq) * phase + (size_t)(d->Hq - 1) * d->Wq +
+                   q % d->Wq] = pad4;
         for (r = 0; r < d->Hp; ++r) {
             const int ih = r - p->PT;
-            uint32_t *dst = xt + ((size_t)c4 * d->Hp + r) * Wp;
+            uint32_t *dst = S == 1 ? xc + (size_t)r * Wp : rowbuf;
             const size_t row = (size_t)ih * W;
             if (ih < 0 || ih >= H) {
                 for (q = 0; q < Wp; ++q) dst[q] = pad4;
-                continue;
+            } else {
+                for (q = 0; q < lo; ++q) dst[q] = pad4;
+                for (q = hi > lo ? hi : lo; q < Wp; ++q) dst[q] = pad4;
+                if (hi > lo) /* lo == PL here: the row's first input column */
+                    quads_row(dst + lo, (size_t)(hi - lo), src[0] + row, src[1] + row,
+                              src[2] + row, src[3] + row, keep, pad4);
             }
-            for (q = 0; q < lo; ++q) dst[q] = pad4;
-            for (q = hi > lo ? hi : lo; q < Wp; ++q) dst[q] = pad4;
-            if (hi <= lo) continue; /* the row lies in the padding */
-            /* lo == PL here: the row's first input column */
-            quads_row(dst + lo, (size_t)(hi - lo), src[0] + row, src[1] + row, src[2] + row,
-                      src[3] + row, keep, pad4);
+            if (S == 2) { /* deal the row out to its two column phases */
+                uint32_t *even = xc + (size_t)(r & 1) * 2 * phase + (size_t)(r >> 1) * d->Wq;
+                uint32_t *odd = even + phase;
+                for (q = 0; q < d->Wq; ++q) {
+                    even[q] = 2 * q < Wp ? rowbuf[2 * q] : pad4;
+                    odd[q] = 2 * q + 1 < Wp ? rowbuf[2 * q + 1] : pad4;
+                }
+            }
         }
     }
 }
@@ -131,15 +145,15 @@ static void im2col_u8(const uint32_t *xt, uint32_t *col, int p0, int t0, int nt,
 }
 
 /* one reduction block of one tile: where its words are, where its sums start and where its
- * outputs go. Its taps are nkh kernel rows of nkw taps; tap (i, j), quad c4 is the 16
- * words at base + i * kh_step + j * kw_step + c4 * c4_step (bytes), weight word
- * k0 + (i * nkw + j) * C4 + c4. Lanes [lane[s], lane[s] + len[s]) of the tile are output
+ * outputs go. Tap t, quad c4 is the 16 words at base + tap[t] + c4 * c4_step (bytes), weight
+ * word k0 + t * C4 + c4, t < ntaps. Lanes [lane[s], lane[s] + len[s]) of the tile are output
  * pixels [pix[s], pix[s] + len[s]) for each of its nseg segments (one for a strided tile;
  * a direct tile drops the lanes of padded columns, so its rows are separate segments). */
 typedef struct {
     const uint8_t *base;
-    size_t kh_step, kw_step, c4_step;
-    int nkh, nkw, C4, k0;
+    const size_t *tap;  /* byte offset of each tap from base */
+    size_t c4_step;
+    int ntaps, C4, k0;
     int first, last;     /* it opens the reduction (start from the bias) / closes it */
     int32_t *part;       /* [M][16] int32 partial sums between blocks */
     int nseg, lane[TP], len[TP], pix[TP];
@@ -190,7 +204,7 @@ static void tile_8x16(const dot_block *b, const int8_t *w4, int K4, const int32_
                       int P, const es_conv_params *p) {
     const int8_t *wr[TM];
     __m512i s0, s1, s2, s3, s4, s5, s6, s7;
-    int r, i, j, c4;
+    int r, t, c4;
     for (r = 0; r < TM; ++r)
         wr[r] = w4 + ((size_t)(m0 + (r < nr ? r : nr - 1)) * K4 + b->k0) * 4;
     s0 = start(b, bias, m0);
@@ -201,11 +215,10 @@ static void tile_8x16(const dot_block *b, const int8_t *w4, int K4, const int32_
     s5 = start(b, bias, m0 + (nr > 5 ? 5 : 0));
     s6 = start(b, bias, m0 + (nr > 6 ? 6 : 0));
     s7 = start(b, bias, m0 + (nr > 7 ? 7 : 0));
-    for (i = 0; i < b->nkh; ++i)
-        for (j = 0; j < b->nkw; ++j) {
-            const uint8_t *cb = b->base + (size_t)i * b->kh_step + (size_t)j * b->kw_step;
-            const int k = (i * b->nkw + j) * b->C4 * 4;
-            for (c4 = 0; c4 < b->C4; ++c4) {
+    for (t = 0; t < b->ntaps; ++t) {
+        const uint8_t *cb = b->base + b->tap[t];
+        const int k = t * b->C4 * 4;
+        for (c4 = 0; c4 < b->C4; ++c4) {
                 const __m512i c = _mm512_loadu_si512(cb + (size_t)c4 * b->c4_step);
                 const int kq = k + 4 * c4;
                 s0 = _mm512_dpbusd_epi32(s0, c, _mm512_set1_epi32(quad(wr[0] + kq)));
@@ -235,7 +248,7 @@ static void tile_8x32(const dot_block *a, const dot_block *b, const int8_t *w4, 
                       int nr, int8_t *y, int P, const es_conv_params *p) {
     const int8_t *wr[TM];
     __m512i s0, s1, s2, s3, s4, s5, s6, s7, u0, u1, u2, u3, u4, u5, u6, u7;
-    int r, i, j, c4;
+    int r, t, c4;
     for (r = 0; r < TM; ++r) wr[r] = w4 + (size_t)(m0 + (r < nr ? r : nr - 1)) * K4 * 4;
     s0 = u0 = _mm512_set1_epi32(bias[m0]);
     s1 = u1 = _mm512_set1_epi32(bias[m0 + (nr > 1 ? 1 : 0)]);
@@ -245,11 +258,10 @@ static void tile_8x32(const dot_block *a, const dot_block *b, const int8_t *w4, 
     s5 = u5 = _mm512_set1_epi32(bias[m0 + (nr > 5 ? 5 : 0)]);
     s6 = u6 = _mm512_set1_epi32(bias[m0 + (nr > 6 ? 6 : 0)]);
     s7 = u7 = _mm512_set1_epi32(bias[m0 + (nr > 7 ? 7 : 0)]);
-    for (i = 0; i < a->nkh; ++i)
-        for (j = 0; j < a->nkw; ++j) {
-            const uint8_t *cb = a->base + (size_t)i * a->kh_step + (size_t)j * a->kw_step;
-            const int k = (i * a->nkw + j) * a->C4 * 4;
-            for (c4 = 0; c4 < a->C4; ++c4) {
+    for (t = 0; t < a->ntaps; ++t) {
+        const uint8_t *cb = a->base + a->tap[t];
+        const int k = t * a->C4 * 4;
+        for (c4 = 0; c4 < a->C4; ++c4) {
                 const __m512i ca = _mm512_loadu_si512(cb + (size_t)c4 * a->c4_step);
                 const __m512i cc = _mm512_loadu_si512(cb + (size_t)c4 * a->c4_step + TP * 4);
                 const int kq = k + 4 * c4;
@@ -305,19 +317,17 @@ static void store_lanes(const dot_block *b, const int8_t *v, int8_t *ym) {
 static void tile_8x16(const dot_block *b, const int8_t *w4, int K4, const int32_t *bias,
                       const int32_t *mult, const int32_t *shift, int m0, int nr, int8_t *y,
                       int P, const es_conv_params *p) {
-    int r, i, j, c4, e, l;
+    int r, t, c4, e, l;
     for (r = 0; r < nr; ++r) {
         const int m = m0 + r;
         const int8_t *wm = w4 + ((size_t)m * K4 + b->k0) * 4;
         int32_t acc[TP];
         int8_t v[TP];
         for (l = 0; l < TP; ++l) acc[l] = b->first ? bias[m] : b->part[(size_t)m * TP + l];
-        for (i = 0; i < b->nkh; ++i)
-            for (j = 0; j < b->nkw; ++j)
+        for (t = 0; t < b->ntaps; ++t)
                 for (c4 = 0; c4 < b->C4; ++c4) {
-                    const uint8_t *cb = b->base + (size_t)i * b->kh_step +
-                                        (size_t)j * b->kw_step + (size_t)c4 * b->c4_step;
-                    const int8_t *wk = wm + ((i * b->nkw + j) * b->C4 + c4) * 4;
+                    const uint8_t *cb = b->base + b->tap[t] + (size_t)c4 * b->c4_step;
+                    const int8_t *wk = wm + (t * b->C4 + c4) * 4;
                     for (e = 0; e < 4; ++e)
                         for (l = 0; l < TP; ++l) acc[l] += wk[e] * (int32_t)cb[4 * l + e];
                 }
@@ -382,22 +392,30 @@ void es_conv2d_i8_dot(const int8_t *x, const int8_t *w4, const int32_t *bias_u8,
                       const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
                       const es_conv_params *p) {
     const es_dot_plan d = es_i8_dot_plan(p);
-    const int C4 = d.C4, T = d.T, K4 = T * C4, P = p->OH * p->OW;
+    const int C4 = d.C4, T = d.T, K4 = T * C4, P = p->OH * p->OW, S = d.S;
+    const size_t phase = (size_t)d.Hq * d.Wq;
     uint32_t *col = (uint32_t *)scratch;
     int32_t *part = scratch + (d.direct ? 0 : (size_t)d.KT * C4 * TP);
     uint32_t *xt = (uint32_t *)part + (d.KT < T ? (size_t)p->M * TP : 0);
+    uint32_t *rowbuf = xt + phase * S * S * C4 + 16; /* after the 64 bytes of slack */
+    size_t tap[ES_DOT_MAXT];
     dot_block b;
     b.part = part;
     b.C4 = C4;
-    b.c4_step = d.direct ? (size_t)d.Hp * d.Wp * 4 : TP * 4;
-    to_quads_u8(x, xt, &d, p);
+    b.c4_step = phase * S * S * 4;
+    to_quads_u8(x, xt, rowbuf, &d, p);
     if (d.direct) {
-        const int V = (p->OH - 1) * d.Wp + p->OW; /* flattened padded pixels up to the last */
-        int v0;
-        b.kh_step = (size_t)p->DH * d.Wp * 4;
-        b.kw_step = (size_t)p->DW * 4;
-        b.nkh = p->KH;
-        b.nkw = p->KW;
+        /* flattened phase-plane positions up to the last output; tap (kh, kw) reads phase
+         * (kh*DH % S, kw*DW % S) shifted by (kh*DH / S, kw*DW / S) */
+        const int V = (p->OH - 1) * d.Wq + p->OW;
+        int v0, t;
+        for (t = 0; t < T; ++t) {
+            const int rh = t / p->KW * p->DH, rw = t % p->KW * p->DW;
+            tap[t] = (((size_t)(rh % S) * S + (size_t)(rw % S)) * phase +
+                      (size_t)(rh / S) * d.Wq + (size_t)(rw / S)) * 4;
+        }
+        b.tap = tap;
+        b.ntaps = T;
         b.k0 = 0;
         b.first = b.last = 1;
         for (v0 = 0; v0 < V; v0 += 2 * TP) { /* tiles in pairs where there are two */
@@ -405,8 +423,8 @@ void es_conv2d_i8_dot(const int8_t *x, const int8_t *w4, const int32_t *bias_u8,
             int m0;
             b.base = (const uint8_t *)(xt + v0);
             b2.base = (const uint8_t *)(xt + v0 + TP);
-            direct_segments(&b, v0, V, d.Wp, p->OW);
-            direct_segments(&b2, v0 + TP, V, d.Wp, p->OW);
+            direct_segments(&b, v0, V, d.Wq, p->OW);
+            direct_segments(&b2, v0 + TP, V, d.Wq, p->OW);
             if (b.nseg == 0 || b2.nseg == 0) { /* one tile (or none) has outputs */
                 if (b.nseg > 0) tile_all(&b, w4, K4, bias_u8, mult, shift, y, p);
                 if (b2.nseg > 0) tile_all(&b2, w4, K4, bias_u8, mult, shift, y, p);
@@ -419,9 +437,11 @@ void es_conv2d_i8_dot(const int8_t *x, const int8_t *w4, const int32_t *bias_u8,
         return;
     }
     /* the block's nt taps are consecutive in col: one run of nt * C4 quads */
+    tap[0] = 0;
     b.base = (const uint8_t *)col;
-    b.kh_step = b.kw_step = 0;
-    b.nkh = b.nkw = 1;
+    b.tap = tap;
+    b.ntaps = 1;
+    b.c4_step = TP * 4;
     b.nseg = 1;
     b.lane[0] = 0;
     for (b.pix[0] = 0; b.pix[0] < P; b.pix[0] += TP) {
