@@ -15,19 +15,22 @@
  * to a multiple of 4 channels, so 4 channels of one tap share a 32-bit lane. The input is
  * first rewritten once as padded planes of uint8 channel quads, xt[c4][r][q]: the 4
  * channels of quad c4 at padded pixel (r, q) in one 32-bit word. The micro-kernel keeps 8
- * output channels x 16 pixels in registers and broadcasts 4 weight bytes per channel.
+ * output channels x 16 (or, two tiles at once, 32) pixels in registers and broadcasts 4
+ * weight bytes per channel.
  *
  * Stride 1 needs no im2col: output (oh, ow) reads the words at v + kh * DH * Wp + kw * DW
  * of each quad plane, v = oh * Wp + ow, so 16 consecutive v are one 64-byte load per tap
  * and quad. Tiles therefore run over v, the flattened padded plane, computing the
  * (KW - 1) * DW columns at the end of each row too and dropping them on the store (a 1x1
- * conv drops nothing); when the dropped columns would cost over a quarter more tiles
- * (small rows: 4x4 outputs of a 3x3 conv), im2col is cheaper. Other convs gather tiles
- * of 16 output pixels into an im2col
- * block col[tap][c4][pixel] first; long reductions then run in blocks of KT taps with
- * [M][16] int32 partial sums carried between them, when that needs less scratch than one
- * whole tile (the arena is sized by the largest scratch). es_i8_dot_plan (edgesmith_rt.h)
- * decides; without VNNI the same tile loops run in plain C. */
+ * conv drops nothing). Stride 2 becomes stride 1 by splitting each plane into its four
+ * (row parity, column parity) phases: tap (kh, kw) reads phase (kh*DH % 2, kw*DW % 2)
+ * shifted by (kh*DH / 2, kw*DW / 2). When the dropped columns would cost over a quarter
+ * more tiles (small rows: 4x4 outputs of a 3x3 conv), for other strides and for kernels
+ * over 7x7, tiles of 16 output pixels are gathered into an im2col block col[tap][c4][pixel]
+ * first; long reductions then run in blocks of KT taps with [M][16] int32 partial sums
+ * carried between them, when that needs less scratch than one whole tile (the arena is
+ * sized by the largest scratch). es_i8_dot_plan (edgesmith_rt.h) decides; without VNNI
+ * the same tile loops run in plain C. */
 #include <string.h>
 
 #include "../edgesmith_rt.h"
