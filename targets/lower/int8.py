@@ -326,8 +326,8 @@ def conv_i8(L: Lowerer, node) -> bool:
     elif group == 1 and L.isa >= VNNI and (dot := _dot_operands(w.reshape(m, c, *kk), bias,
                                                                  tx.zero_point)):
         # u8 x s8 dot-product GEMM (vpdpbusd): int8 weights tap-major in channel quads, the
-        # u8 shift folded into the bias; scratch: an im2col block (+ partial sums when the
-        # reduction is blocked) and the padded HWC input
+        # u8 shift folded into the bias; scratch: the padded input as channel-quad planes
+        # (+ an im2col block and partial sums where taps cannot be read in place)
         fn, wt = "es_conv2d_i8_dot", L.const_tensor(node.name + "_w4", dot[0], "i8")
         bias, scratch = dot[1], dot_i8_scratch(params)
     elif group == 1:
