@@ -222,18 +222,18 @@ static void tile_8x16(const dot_block *b, const int8_t *w4, int K4, const int32_
         const uint8_t *cb = b->base + b->tap[t];
         const int k = t * b->C4 * 4;
         for (c4 = 0; c4 < b->C4; ++c4) {
-                const __m512i c = _mm512_loadu_si512(cb + (size_t)c4 * b->c4_step);
-                const int kq = k + 4 * c4;
-                s0 = _mm512_dpbusd_epi32(s0, c, _mm512_set1_epi32(quad(wr[0] + kq)));
-                s1 = _mm512_dpbusd_epi32(s1, c, _mm512_set1_epi32(quad(wr[1] + kq)));
-                s2 = _mm512_dpbusd_epi32(s2, c, _mm512_set1_epi32(quad(wr[2] + kq)));
-                s3 = _mm512_dpbusd_epi32(s3, c, _mm512_set1_epi32(quad(wr[3] + kq)));
-                s4 = _mm512_dpbusd_epi32(s4, c, _mm512_set1_epi32(quad(wr[4] + kq)));
-                s5 = _mm512_dpbusd_epi32(s5, c, _mm512_set1_epi32(quad(wr[5] + kq)));
-                s6 = _mm512_dpbusd_epi32(s6, c, _mm512_set1_epi32(quad(wr[6] + kq)));
-                s7 = _mm512_dpbusd_epi32(s7, c, _mm512_set1_epi32(quad(wr[7] + kq)));
-            }
+            const __m512i c = _mm512_loadu_si512(cb + (size_t)c4 * b->c4_step);
+            const int kq = k + 4 * c4;
+            s0 = _mm512_dpbusd_epi32(s0, c, _mm512_set1_epi32(quad(wr[0] + kq)));
+            s1 = _mm512_dpbusd_epi32(s1, c, _mm512_set1_epi32(quad(wr[1] + kq)));
+            s2 = _mm512_dpbusd_epi32(s2, c, _mm512_set1_epi32(quad(wr[2] + kq)));
+            s3 = _mm512_dpbusd_epi32(s3, c, _mm512_set1_epi32(quad(wr[3] + kq)));
+            s4 = _mm512_dpbusd_epi32(s4, c, _mm512_set1_epi32(quad(wr[4] + kq)));
+            s5 = _mm512_dpbusd_epi32(s5, c, _mm512_set1_epi32(quad(wr[5] + kq)));
+            s6 = _mm512_dpbusd_epi32(s6, c, _mm512_set1_epi32(quad(wr[6] + kq)));
+            s7 = _mm512_dpbusd_epi32(s7, c, _mm512_set1_epi32(quad(wr[7] + kq)));
         }
+    }
     {
         /* locals: the int8 stores below may alias *p, which would force reloads */
         const __m512i s[TM] = {s0, s1, s2, s3, s4, s5, s6, s7};
@@ -265,35 +265,35 @@ static void tile_8x32(const dot_block *a, const dot_block *b, const int8_t *w4, 
         const uint8_t *cb = a->base + a->tap[t];
         const int k = t * a->C4 * 4;
         for (c4 = 0; c4 < a->C4; ++c4) {
-                const __m512i ca = _mm512_loadu_si512(cb + (size_t)c4 * a->c4_step);
-                const __m512i cc = _mm512_loadu_si512(cb + (size_t)c4 * a->c4_step + TP * 4);
-                const int kq = k + 4 * c4;
-                __m512i w = _mm512_set1_epi32(quad(wr[0] + kq));
-                s0 = _mm512_dpbusd_epi32(s0, ca, w);
-                u0 = _mm512_dpbusd_epi32(u0, cc, w);
-                w = _mm512_set1_epi32(quad(wr[1] + kq));
-                s1 = _mm512_dpbusd_epi32(s1, ca, w);
-                u1 = _mm512_dpbusd_epi32(u1, cc, w);
-                w = _mm512_set1_epi32(quad(wr[2] + kq));
-                s2 = _mm512_dpbusd_epi32(s2, ca, w);
-                u2 = _mm512_dpbusd_epi32(u2, cc, w);
-                w = _mm512_set1_epi32(quad(wr[3] + kq));
-                s3 = _mm512_dpbusd_epi32(s3, ca, w);
-                u3 = _mm512_dpbusd_epi32(u3, cc, w);
-                w = _mm512_set1_epi32(quad(wr[4] + kq));
-                s4 = _mm512_dpbusd_epi32(s4, ca, w);
-                u4 = _mm512_dpbusd_epi32(u4, cc, w);
-                w = _mm512_set1_epi32(quad(wr[5] + kq));
-                s5 = _mm512_dpbusd_epi32(s5, ca, w);
-                u5 = _mm512_dpbusd_epi32(u5, cc, w);
-                w = _mm512_set1_epi32(quad(wr[6] + kq));
-                s6 = _mm512_dpbusd_epi32(s6, ca, w);
-                u6 = _mm512_dpbusd_epi32(u6, cc, w);
-                w = _mm512_set1_epi32(quad(wr[7] + kq));
-                s7 = _mm512_dpbusd_epi32(s7, ca, w);
-                u7 = _mm512_dpbusd_epi32(u7, cc, w);
-            }
+            const __m512i ca = _mm512_loadu_si512(cb + (size_t)c4 * a->c4_step);
+            const __m512i cc = _mm512_loadu_si512(cb + (size_t)c4 * a->c4_step + TP * 4);
+            const int kq = k + 4 * c4;
+            __m512i w = _mm512_set1_epi32(quad(wr[0] + kq));
+            s0 = _mm512_dpbusd_epi32(s0, ca, w);
+            u0 = _mm512_dpbusd_epi32(u0, cc, w);
+            w = _mm512_set1_epi32(quad(wr[1] + kq));
+            s1 = _mm512_dpbusd_epi32(s1, ca, w);
+            u1 = _mm512_dpbusd_epi32(u1, cc, w);
+            w = _mm512_set1_epi32(quad(wr[2] + kq));
+            s2 = _mm512_dpbusd_epi32(s2, ca, w);
+            u2 = _mm512_dpbusd_epi32(u2, cc, w);
+            w = _mm512_set1_epi32(quad(wr[3] + kq));
+            s3 = _mm512_dpbusd_epi32(s3, ca, w);
+            u3 = _mm512_dpbusd_epi32(u3, cc, w);
+            w = _mm512_set1_epi32(quad(wr[4] + kq));
+            s4 = _mm512_dpbusd_epi32(s4, ca, w);
+            u4 = _mm512_dpbusd_epi32(u4, cc, w);
+            w = _mm512_set1_epi32(quad(wr[5] + kq));
+            s5 = _mm512_dpbusd_epi32(s5, ca, w);
+            u5 = _mm512_dpbusd_epi32(u5, cc, w);
+            w = _mm512_set1_epi32(quad(wr[6] + kq));
+            s6 = _mm512_dpbusd_epi32(s6, ca, w);
+            u6 = _mm512_dpbusd_epi32(u6, cc, w);
+            w = _mm512_set1_epi32(quad(wr[7] + kq));
+            s7 = _mm512_dpbusd_epi32(s7, ca, w);
+            u7 = _mm512_dpbusd_epi32(u7, cc, w);
         }
+    }
     {
         const __m512i s[TM] = {s0, s1, s2, s3, s4, s5, s6, s7};
         const __m512i u[TM] = {u0, u1, u2, u3, u4, u5, u6, u7};
@@ -328,12 +328,12 @@ static void tile_8x16(const dot_block *b, const int8_t *w4, int K4, const int32_
         int8_t v[TP];
         for (l = 0; l < TP; ++l) acc[l] = b->first ? bias[m] : b->part[(size_t)m * TP + l];
         for (t = 0; t < b->ntaps; ++t)
-                for (c4 = 0; c4 < b->C4; ++c4) {
-                    const uint8_t *cb = b->base + b->tap[t] + (size_t)c4 * b->c4_step;
-                    const int8_t *wk = wm + (t * b->C4 + c4) * 4;
-                    for (e = 0; e < 4; ++e)
-                        for (l = 0; l < TP; ++l) acc[l] += wk[e] * (int32_t)cb[4 * l + e];
-                }
+            for (c4 = 0; c4 < b->C4; ++c4) {
+                const uint8_t *cb = b->base + b->tap[t] + (size_t)c4 * b->c4_step;
+                const int8_t *wk = wm + (t * b->C4 + c4) * 4;
+                for (e = 0; e < 4; ++e)
+                    for (l = 0; l < TP; ++l) acc[l] += wk[e] * (int32_t)cb[4 * l + e];
+            }
         if (!b->last) {
             memcpy(b->part + (size_t)m * TP, acc, sizeof acc);
             continue;
