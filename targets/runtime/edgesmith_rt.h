@@ -250,6 +250,17 @@ static inline size_t es_i8_dot_scratch(const es_conv_params *p) {
 void es_conv2d_i8_dot(const int8_t *x, const int8_t *w4, const int32_t *bias_u8,
                       const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
                       const es_conv_params *p);
+/* one group, output channels in the vector lanes (kernels/conv_int8_cl.c), for small output
+ * planes; wc: [ceil(M/16)][KH][KW][C4][16][4] int8, bias_u8 as for es_conv2d_i8_dot.
+ * Scratch: the padded input as HWC uint8 quads (lower/int8.py cl_i8_scratch mirrors it). */
+static inline size_t es_i8_cl_scratch(const es_conv_params *p) {
+    const size_t hp = (size_t)(p->OH - 1) * p->SH + (size_t)(p->KH - 1) * p->DH + 1;
+    const size_t wp = (size_t)(p->OW - 1) * p->SW + (size_t)(p->KW - 1) * p->DW + 1;
+    return 4u * hp * wp * (size_t)((p->C + 3) / 4);
+}
+void es_conv2d_i8_cl(const int8_t *x, const int8_t *wc, const int32_t *bias_u8,
+                     const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
+                     const es_conv_params *p);
 /* depthwise in 16-channel HWC blocks (kernels/dwconv_int8_hwc.c); w: int8 [KH][KW][Cp], Cp =
  * C rounded up to 16, zero-padded. Scratch, independent of C (WP = (OW-1)*SW + (KW-1)*DW + 1):
  * a ring of KH + B - 1 rows of WP x 64 B (B input rows of W < 16 bytes transposed at once),

@@ -138,12 +138,14 @@ def _cpu_has_vnni() -> bool:
 @pytest.mark.parametrize("model", ["digits", "mobilenetv2"])
 def test_vnni_dot_kernel_model_is_bit_identical_to_the_default_kernels(model, work, request):
     """Generated for a compiler with VNNI, one-group convs use es_conv2d_i8_dot (u8 x s8
-    dot products, weights in channel quads); outputs equal the int16 GEMM build's."""
+    dot products, pixels in lanes) or, on small planes, es_conv2d_i8_cl (output channels in
+    lanes), and global pooling its AVX-512 path; outputs equal the int16 GEMM build's."""
     qdq = request.getfixturevalue("digits_qdq" if model == "digits" else "mnv2_qdq")
     base = generate(qdq, work / f"{model}_base", precision="int8")
     dot = generate(qdq, work / f"{model}_dot", precision="int8", cflags=VNNI_FLAGS)
     body = (dot / "model.c").read_text().split("static void run_step")[1]
     assert "es_conv2d_i8_dot" in body and "es_conv2d_i8_gemm" not in body
+    assert "es_conv2d_i8_cl" in body
     assert "es_conv2d_i8_dot" not in (base / "model.c").read_text()
     x = (request.getfixturevalue("digits_splits").val_x[:64] if model == "digits"
          else request.getfixturevalue("mnv2").sample_data(8, seed=5)[0])

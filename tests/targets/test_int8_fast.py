@@ -35,10 +35,20 @@ def conv_case(rng: np.random.Generator, i: int, max_c: int, extra) -> list[int]:
 # whose last row segment (1 pixel) lies wholly in the 2-column left padding: im2col zeroed
 # past the segment, into the blocked GEMM's partial sums (and, unblocked, past scratch).
 EDGE_CASES = [[15, 13, 15, 18, 5, 5, 1, 1, 2, 2, 1, 1, 1, -43, 44, 13, 15]]
+# Wide convs on small planes, where es_conv2d_i8_cl puts output channels in the lanes: two
+# 16-channel blocks per tile, an odd last block (M = 48, 40), C not a multiple of 4 or 16,
+# stride 2, dilation, a partial last tile of pixels (5x7, 3x3) and a 1x1 on 2x2.
+WIDE_CASES = [[64, 4, 4, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 5, 101, 4, 4],
+              [32, 8, 8, 64, 3, 3, 2, 2, 1, 1, 1, 1, 1, -7, 102, 4, 4],
+              [22, 5, 7, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, -128, 103, 5, 7],
+              [37, 7, 7, 40, 3, 3, 2, 2, 1, 1, 2, 2, 1, 127, 104, 3, 3],
+              [1, 8, 8, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 105, 8, 8],
+              [96, 2, 2, 80, 1, 1, 1, 1, 0, 0, 1, 1, 1, -1, 106, 2, 2]]
 
 
 def _cases(n: int, seed: int = 0):
     yield from EDGE_CASES
+    yield from WIDE_CASES
     rng = np.random.default_rng(seed)
     for i in range(n):
         yield conv_case(rng, i, 24, lambda r, _: int(r.integers(-128, 128)))
@@ -48,6 +58,7 @@ def _build(cc: str, flags: list[str], out: Path) -> Path:
     subprocess.run([cc, *flags, "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{RT}",
                     str(CHECK), str(RT / "kernels/conv_int8.c"),
                     str(RT / "kernels/conv_int8_fast.c"), str(RT / "kernels/conv_int8_dot.c"),
+                    str(RT / "kernels/conv_int8_cl.c"),
                     "-o", str(out)], check=True)
     return out
 
@@ -87,8 +98,9 @@ def test_fast_int8_conv_is_bit_identical_to_reference(name, cc, flags, wrapper, 
 def test_fast_int8_conv_stays_inside_its_scratch_under_asan(tmp_path):
     """Every fast kernel gets exactly the scratch its size formula promises (malloc'd to
     size, so AddressSanitizer sees one byte past it), and the dot kernel's scratch size in
-    the generator equals es_i8_dot_scratch in C on every geometry."""
-    from edgesmith.targets.lower.int8 import dot_i8_scratch
+    the generator equals es_i8_dot_scratch in C on every geometry (and es_conv2d_i8_cl's
+    equals es_i8_cl_scratch)."""
+    from edgesmith.targets.lower.int8 import cl_i8_scratch, dot_i8_scratch
 
     b = _build("cc", ["-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover",
                       "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]
@@ -106,6 +118,8 @@ def test_fast_int8_conv_stays_inside_its_scratch_under_asan(tmp_path):
             geo = dict(zip(keys, args[:13], strict=True)) | {"OH": args[15], "OW": args[16]}
             line = next(x for x in p.stdout.splitlines() if x.startswith("dot_scratch"))
             assert int(line.split()[1]) == dot_i8_scratch(geo), (args, line)
+            line = next(x for x in p.stdout.splitlines() if x.startswith("cl_scratch"))
+            assert int(line.split()[1]) == cl_i8_scratch(geo), (args, line)
             n += 1
     assert n > 40
 

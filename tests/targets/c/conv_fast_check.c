@@ -70,6 +70,25 @@ int main(int argc, char **argv) {
         if (memcmp(y0, y1, ny)) { printf("dot differs\n"); return 1; }
         printf("dot_scratch %lu\n", (unsigned long)es_i8_dot_scratch(&p)); /* for lower/int8.py */
     }
+    if (p.group == 1) { /* channels in lanes: weights [M16][KH][KW][C4][16][4], same bias */
+        const int C4 = (p.C + 3) / 4, ksz = p.KH * p.KW, M16 = (p.M + 15) / 16;
+        int8_t *wc = calloc((size_t)M16 * ksz * C4 * 64, 1);
+        int32_t *bu = malloc(4 * (size_t)p.M);
+        int32_t *cs = malloc(es_i8_cl_scratch(&p));
+        for (i = 0; i < p.M; ++i) bu[i] = b[i];
+        for (i = 0; i < (int)nw; ++i) {
+            const int m = i / (p.C * ksz), c = (i / ksz) % p.C, t = i % ksz;
+            wc[((((size_t)(m / 16) * ksz + t) * C4 + c / 4) * 16 + m % 16) * 4 + c % 4] = w[i];
+            bu[m] -= (p.x_zp + 128) * (int32_t)w[i];
+        }
+        memset(y1, 0, ny);
+        es_conv2d_i8_cl(x, wc, bu, mu, sh, cs, y1, &p);
+        free(wc);
+        free(bu);
+        free(cs);
+        if (memcmp(y0, y1, ny)) { printf("cl differs\n"); return 1; }
+        printf("cl_scratch %lu\n", (unsigned long)es_i8_cl_scratch(&p));
+    }
     if (pw) {
         memset(y1, 0, ny);
         es_pointwise_i8(x, wp, b, mu, sh, sc, y1, &p);

@@ -1,0 +1,283 @@
+/* Conv2d, int8, one group, with output channels in the vector lanes: the layout of
+ * XNNPACK's qs8 "c4" igemm kernels, for convs whose output planes are too small to fill
+ * lanes of pixels (es_conv2d_i8_dot, conv_int8_dot.c, puts 16 pixels in a vector; a 4x4
+ * plane then leaves lanes idle, or pays an im2col gather and partial sums).
+ *
+ * Here one vector holds 16 output channels of one pixel. vpdpbusd multiplies 4 unsigned
+ * bytes by 4 signed bytes into each int32 lane, so the input is read as uint8 channel quads
+ * (u = x + 128, broadcast to all lanes) and the weights as 16 channels x 4 input channels,
+ * 64 bytes per step of the reduction. The constant the +128 adds is folded into the bias by
+ * the generator, exactly as for es_conv2d_i8_dot (the same bias_u8), and padding reads
+ * u = x_zp + 128, i.e. x = x_zp, as the reference does. Sums are exact in int32 and the
+ * requantisation is es_mul_q, so results are bit-identical to es_conv2d_i8 (conv_int8.c).
+ *
+ * wc: [M16][KH][KW][C4][16][4] int8, M16 = ceil(M / 16) blocks of 16 output channels, C4 =
+ * ceil(C / 4) input quads; zero-padded. Scratch (es_i8_cl_scratch): the padded input as
+ * HWC uint8 quads, xh[r][q][c4], 4 * Hp * Wp * C4 bytes. A tile is 8 output pixels x 32
+ * channels (16 accumulators); each step loads two weight vectors and broadcasts one input
+ * word per pixel. The tile's 8 x 16 bytes per block are transposed to channel rows (three
+ * rounds of byte, word and dword interleaves) and stored 8 pixels at a time into the CHW
+ * output. Without VNNI the same tiles run in plain C. */
+#include <string.h>
+
+#include "../edgesmith_rt.h"
+#include "../es_simd.h"
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define ES_CL_VNNI 1
+#include <immintrin.h>
+#endif
+
+#define NP 8  /* output pixels per tile */
+#define NC 16 /* output channels per weight block */
+
+/* every word of xh the input does not cover (padding) reads x_zp + 128 */
+static void fill_pad(uint32_t *xh, size_t n, const es_conv_params *p) {
+    const uint32_t pad4 = (uint8_t)(p->x_zp + 128) * 0x01010101u;
+    size_t i;
+    for (i = 0; i < n; ++i) xh[i] = pad4;
+}
+
+#if defined(ES_CL_VNNI)
+/* xh[r][q][c4]: the bytes x[4*c4 + i][r - PT][q - PL] + 128; padding pixels and the channels
+ * past C of the last quad (their weights are zero) read the pad byte x_zp + 128. Blocks of
+ * 16 channels x 16 consecutive pixels of the CHW input (16 loads, rows past C are x_zp) are
+ * transposed by four rounds of interleaves (bytes, words, dwords, qwords) into 16 pixels
+ * of 16 channels, each stored to its padded position. */
+static void to_hwc_u8(const int8_t *x, uint32_t *xh, int Hp, int Wp, int C4,
+                      const es_conv_params *p) {
+    const int HW = p->H * p->W, C = p->C;
+    const __m128i zp8 = _mm_set1_epi8((char)p->x_zp), flip = _mm_set1_epi8((char)0x80);
+    int j0, cb, j, k;
+    fill_pad(xh, (size_t)Hp * Wp * C4, p);
+    for (j0 = 0; j0 < HW; j0 += 16) {
+        const int nj = HW - j0 < 16 ? HW - j0 : 16;
+        const __mmask16 lm = (__mmask16)(nj == 16 ? 0xffffu : (1u << nj) - 1u);
+        uint32_t *dst[16];
+        for (j = 0; j < 16; ++j) { /* where pixel j0 + j goes; NULL: nowhere (not read) */
+            const int r = (j0 + j) / p->W + p->PT, q = (j0 + j) % p->W + p->PL;
+            dst[j] = j < nj && r < Hp && q < Wp ? xh + ((size_t)r * Wp + q) * C4 : NULL;
+        }
+        for (cb = 0; 16 * cb < 4 * C4; ++cb) {
+            const int nb = 4 * C4 - 16 * cb < 16 ? 4 * C4 - 16 * cb : 16; /* bytes per pixel */
+            __m128i a[16], t[16];
+            for (k = 0; k < 16; ++k) { /* row k: channel 16 cb + k at pixels j0 .. */
+                const int c = 16 * cb + k;
+                a[k] = c < C ? _mm_mask_loadu_epi8(zp8, lm, x + (size_t)c * HW + j0) : zp8;
+            }
+            for (k = 0; k < 8; ++k) { /* t[k]: channel pairs of pixels 0..7, t[k + 8]: 8..15 */
+                t[k] = _mm_unpacklo_epi8(a[2 * k], a[2 * k + 1]);
+                t[k + 8] = _mm_unpackhi_epi8(a[2 * k], a[2 * k + 1]);
+            }
+            for (k = 0; k < 4; ++k) { /* a[4h + g]: quad g of pixels 4h .. 4h + 3 */
+                a[k] = _mm_unpacklo_epi16(t[2 * k], t[2 * k + 1]);
+                a[4 + k] = _mm_unpackhi_epi16(t[2 * k], t[2 * k + 1]);
+                a[8 + k] = _mm_unpacklo_epi16(t[8 + 2 * k], t[8 + 2 * k + 1]);
+                a[12 + k] = _mm_unpackhi_epi16(t[8 + 2 * k], t[8 + 2 * k + 1]);
+            }
+            for (k = 0; k < 4; ++k) { /* t[4h + ..]: quads (0,1) and (2,3) of pixel pairs */
+                t[4 * k] = _mm_unpacklo_epi32(a[4 * k], a[4 * k + 1]);     /* 4h, 4h+1 */
+                t[4 * k + 1] = _mm_unpackhi_epi32(a[4 * k], a[4 * k + 1]); /* 4h+2, 4h+3 */
+                t[4 * k + 2] = _mm_unpacklo_epi32(a[4 * k + 2], a[4 * k + 3]);
+                t[4 * k + 3] = _mm_unpackhi_epi32(a[4 * k + 2], a[4 * k + 3]);
+            }
+            for (k = 0; k < 4; ++k) { /* a[j]: the 16 channels of pixel j */
+                a[4 * k] = _mm_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
+                a[4 * k + 1] = _mm_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
+                a[4 * k + 2] = _mm_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
+                a[4 * k + 3] = _mm_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
+            }
+            for (j = 0; j < nj; ++j) {
+                if (dst[j] == NULL) continue;
+                if (nb == 16)
+                    _mm_storeu_si128((__m128i *)(dst[j] + 4 * cb), _mm_xor_si128(a[j], flip));
+                else
+                    _mm_mask_storeu_epi8(dst[j] + 4 * cb, (__mmask16)((1u << nb) - 1u),
+                                         _mm_xor_si128(a[j], flip));
+            }
+        }
+    }
+}
+#else
+/* the same layout one word at a time */
+static void to_hwc_u8(const int8_t *x, uint32_t *xh, int Hp, int Wp, int C4,
+                      const es_conv_params *p) {
+    const int H = p->H, W = p->W, C = p->C;
+    const size_t hw = (size_t)H * W;
+    int ih, iw, c;
+    fill_pad(xh, (size_t)Hp * Wp * C4, p);
+    for (ih = 0; ih < H && ih + p->PT < Hp; ++ih)
+        for (iw = 0; iw < W && iw + p->PL < Wp; ++iw) {
+            unsigned char *dst =
+                (unsigned char *)(xh + ((size_t)(ih + p->PT) * Wp + iw + p->PL) * C4);
+            for (c = 0; c < C; ++c) dst[c] = (unsigned char)(x[c * hw + (size_t)ih * W + iw] ^ 0x80);
+        }
+}
+#endif
+
+/* one tile: the window origins of its pixels (word offsets into xh; pixels past the last
+ * repeat it), its weight blocks, the output pixels and channels it owns */
+typedef struct {
+    const uint32_t *xh;
+    size_t org[NP];
+    size_t row_step, col_step; /* words from tap (kh, kw) to (kh + 1, kw) and (kh, kw + 1) */
+    const int8_t *w0, *w1;     /* blocks m0 / 16 and m0 / 16 + 1 (w1 = w0 for a last odd
+                                  block, whose second half is computed and not stored) */
+    int m0, nm;                /* first channel, channels stored (<= 32) */
+    int p0, np;                /* first pixel, pixels stored (<= NP) */
+} cl_tile;
+
+#if defined(ES_CL_VNNI)
+/* requantise one block's 8 pixel vectors (16 channels each) and store them to channel
+ * rows m0.. of y: y[(m0 + c) * P + p0 + i] for c < nm, i < np */
+static void store_block(const __m512i *acc, const int32_t *mult, const int32_t *shift,
+                        int m0, int nm, int8_t *y, int P, int p0, int np,
+                        const es_conv_params *p) {
+    const __mmask16 km = (__mmask16)(nm >= 16 ? 0xffffu : (1u << nm) - 1u);
+    const __m512i mu = _mm512_maskz_loadu_epi32(km, mult + m0);
+    const __m512i sh = _mm512_maskz_loadu_epi32(km, shift + m0);
+    const __m512i zp = _mm512_set1_epi32(p->y_zp);
+    const __m128i lo = _mm_set1_epi8((char)p->qmin), hi = _mm_set1_epi8((char)p->qmax);
+    const __mmask16 kp = (__mmask16)((1u << np) - 1u);
+    __m128i r[NP], t[NP], u[NP], v[NP];
+    int i, c;
+    for (i = 0; i < NP; ++i) {
+        const __m512i q = _mm512_add_epi32(es_mulq16v_avx512(acc[i], mu, sh), zp);
+        r[i] = _mm_min_epi8(_mm_max_epi8(_mm512_cvtsepi32_epi8(q), lo), hi);
+    }
+    /* 8 pixels x 16 channels -> 16 channels x 8 pixels: t pairs pixels, u quads, v octets */
+    for (i = 0; i < NP; i += 2) {
+        t[i] = _mm_unpacklo_epi8(r[i], r[i + 1]);     /* channels 0..7 */
+        t[i + 1] = _mm_unpackhi_epi8(r[i], r[i + 1]); /* channels 8..15 */
+    }
+    for (i = 0; i < 2; ++i) { /* i = 0: pixels 0..3, 1: pixels 4..7 */
+        u[4 * i + 0] = _mm_unpacklo_epi16(t[4 * i], t[4 * i + 2]);     /* channels 0..3 */
+        u[4 * i + 1] = _mm_unpackhi_epi16(t[4 * i], t[4 * i + 2]);     /* 4..7 */
+        u[4 * i + 2] = _mm_unpacklo_epi16(t[4 * i + 1], t[4 * i + 3]); /* 8..11 */
+        u[4 * i + 3] = _mm_unpackhi_epi16(t[4 * i + 1], t[4 * i + 3]); /* 12..15 */
+    }
+    for (i = 0; i < 4; ++i) { /* v[j]: channels 2j and 2j + 1, 8 pixels each */
+        v[2 * i] = _mm_unpacklo_epi32(u[i], u[4 + i]);
+        v[2 * i + 1] = _mm_unpackhi_epi32(u[i], u[4 + i]);
+    }
+    for (c = 0; c < nm && c < NC; ++c) {
+        const __m128i row = c & 1 ? _mm_unpackhi_epi64(v[c / 2], v[c / 2]) : v[c / 2];
+        int8_t *dst = y + (size_t)(m0 + c) * P + p0;
+        if (np == NP)
+            _mm_storel_epi64((__m128i *)dst, row);
+        else
+            _mm_mask_storeu_epi8(dst, kp, row);
+    }
+}
+
+static void tile(const cl_tile *tl, int KH, int KW, int C4, const int32_t *bias,
+                 const int32_t *mult, const int32_t *shift, int8_t *y, int P,
+                 const es_conv_params *p) {
+    const __mmask16 k0 = (__mmask16)(tl->nm >= 16 ? 0xffffu : (1u << tl->nm) - 1u);
+    const __mmask16 k1 = (__mmask16)(tl->nm >= 32 ? 0xffffu
+                                     : tl->nm > 16 ? (1u << (tl->nm - 16)) - 1u : 0u);
+    const __m512i b0 = _mm512_maskz_loadu_epi32(k0, bias + tl->m0);
+    const __m512i b1 = _mm512_maskz_loadu_epi32(k1, bias + tl->m0 + NC);
+    const int8_t *w0 = tl->w0, *w1 = tl->w1;
+    __m512i s0 = b0, s1 = b0, s2 = b0, s3 = b0, s4 = b0, s5 = b0, s6 = b0, s7 = b0;
+    __m512i u0 = b1, u1 = b1, u2 = b1, u3 = b1, u4 = b1, u5 = b1, u6 = b1, u7 = b1;
+    int kh, kw, c4;
+    for (kh = 0; kh < KH; ++kh)
+        for (kw = 0; kw < KW; ++kw) {
+            const size_t off = kh * tl->row_step + kw * tl->col_step;
+            const uint32_t *a0 = tl->xh + tl->org[0] + off, *a1 = tl->xh + tl->org[1] + off;
+            const uint32_t *a2 = tl->xh + tl->org[2] + off, *a3 = tl->xh + tl->org[3] + off;
+            const uint32_t *a4 = tl->xh + tl->org[4] + off, *a5 = tl->xh + tl->org[5] + off;
+            const uint32_t *a6 = tl->xh + tl->org[6] + off, *a7 = tl->xh + tl->org[7] + off;
+            for (c4 = 0; c4 < C4; ++c4, w0 += 64, w1 += 64) {
+                const __m512i wa = _mm512_loadu_si512(w0), wb = _mm512_loadu_si512(w1);
+                __m512i a = _mm512_set1_epi32((int)a0[c4]);
+                s0 = _mm512_dpbusd_epi32(s0, a, wa);
+                u0 = _mm512_dpbusd_epi32(u0, a, wb);
+                a = _mm512_set1_epi32((int)a1[c4]);
+                s1 = _mm512_dpbusd_epi32(s1, a, wa);
+                u1 = _mm512_dpbusd_epi32(u1, a, wb);
+                a = _mm512_set1_epi32((int)a2[c4]);
+                s2 = _mm512_dpbusd_epi32(s2, a, wa);
+                u2 = _mm512_dpbusd_epi32(u2, a, wb);
+                a = _mm512_set1_epi32((int)a3[c4]);
+                s3 = _mm512_dpbusd_epi32(s3, a, wa);
+                u3 = _mm512_dpbusd_epi32(u3, a, wb);
+                a = _mm512_set1_epi32((int)a4[c4]);
+                s4 = _mm512_dpbusd_epi32(s4, a, wa);
+                u4 = _mm512_dpbusd_epi32(u4, a, wb);
+                a = _mm512_set1_epi32((int)a5[c4]);
+                s5 = _mm512_dpbusd_epi32(s5, a, wa);
+                u5 = _mm512_dpbusd_epi32(u5, a, wb);
+                a = _mm512_set1_epi32((int)a6[c4]);
+                s6 = _mm512_dpbusd_epi32(s6, a, wa);
+                u6 = _mm512_dpbusd_epi32(u6, a, wb);
+                a = _mm512_set1_epi32((int)a7[c4]);
+                s7 = _mm512_dpbusd_epi32(s7, a, wa);
+                u7 = _mm512_dpbusd_epi32(u7, a, wb);
+            }
+        }
+    {
+        const __m512i s[NP] = {s0, s1, s2, s3, s4, s5, s6, s7};
+        const __m512i u[NP] = {u0, u1, u2, u3, u4, u5, u6, u7};
+        store_block(s, mult, shift, tl->m0, tl->nm, y, P, tl->p0, tl->np, p);
+        if (tl->nm > NC)
+            store_block(u, mult, shift, tl->m0 + NC, tl->nm - NC, y, P, tl->p0, tl->np, p);
+    }
+}
+#else
+/* the same tile in plain C: each stored pixel and channel on its own */
+static void tile(const cl_tile *tl, int KH, int KW, int C4, const int32_t *bias,
+                 const int32_t *mult, const int32_t *shift, int8_t *y, int P,
+                 const es_conv_params *p) {
+    int i, c, kh, kw, c4, e;
+    for (c = 0; c < tl->nm; ++c) {
+        const int8_t *wc = (c < NC ? tl->w0 : tl->w1) + 4 * (c % NC);
+        const int m = tl->m0 + c;
+        for (i = 0; i < tl->np; ++i) {
+            const int8_t *w = wc;
+            int32_t acc = bias[m];
+            for (kh = 0; kh < KH; ++kh)
+                for (kw = 0; kw < KW; ++kw) {
+                    const uint32_t *a =
+                        tl->xh + tl->org[i] + kh * tl->row_step + kw * tl->col_step;
+                    for (c4 = 0; c4 < C4; ++c4, w += 64)
+                        for (e = 0; e < 4; ++e)
+                            acc += w[e] * (int32_t)(uint8_t)(a[c4] >> 8 * e);
+                }
+            y[(size_t)m * P + tl->p0 + i] =
+                es_sat8(es_mul_q(acc, mult[m], shift[m]) + p->y_zp, p->qmin, p->qmax);
+        }
+    }
+}
+#endif
+
+void es_conv2d_i8_cl(const int8_t *x, const int8_t *wc, const int32_t *bias_u8,
+                     const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
+                     const es_conv_params *p) {
+    const int Hp = (p->OH - 1) * p->SH + (p->KH - 1) * p->DH + 1;
+    const int Wp = (p->OW - 1) * p->SW + (p->KW - 1) * p->DW + 1;
+    const int C4 = (p->C + 3) / 4, M16 = (p->M + NC - 1) / NC, P = p->OH * p->OW;
+    const size_t block = (size_t)p->KH * p->KW * C4 * 64; /* bytes of one weight block */
+    uint32_t *xh = (uint32_t *)scratch;
+    cl_tile tl;
+    int b, i;
+    to_hwc_u8(x, xh, Hp, Wp, C4, p);
+    tl.xh = xh;
+    tl.row_step = (size_t)p->DH * Wp * C4;
+    tl.col_step = (size_t)p->DW * C4;
+    for (tl.p0 = 0; tl.p0 < P; tl.p0 += NP) {
+        tl.np = P - tl.p0 < NP ? P - tl.p0 : NP;
+        for (i = 0; i < NP; ++i) {
+            const int pix = tl.p0 + (i < tl.np ? i : tl.np - 1);
+            tl.org[i] = ((size_t)(pix / p->OW) * p->SH * Wp + (size_t)(pix % p->OW) * p->SW) * C4;
+        }
+        for (b = 0; b < M16; b += 2) {
+            tl.m0 = b * NC;
+            tl.nm = p->M - tl.m0 < 2 * NC ? p->M - tl.m0 : 2 * NC;
+            tl.w0 = wc + (size_t)b * block;
+            tl.w1 = b + 1 < M16 ? tl.w0 + block : tl.w0;
+            tile(&tl, p->KH, p->KW, C4, bias_u8, mult, shift, y, P, p);
+        }
+    }
+}
