@@ -26,9 +26,14 @@ static inline __m512i es_mulq16_any_avx512(__m512i x, int32_t mult, int32_t shif
 /* es_mul_q on 16 lanes, bit-identical to the scalar. The common case, a multiplier below
  * 1/2 (shift < 0, mult >= 0), cannot saturate (|x * mult| < 2^62), and its total shift of
  * 32 or more is the high words of the rounded products (a floor, for either sign) shifted
- * right by the rest in 32-bit lanes: 7 instructions instead of 13. */
+ * right by the rest in 32-bit lanes: 7 instructions instead of 13. A multiplier of exactly
+ * 1/2 (2^30, shift 0: the larger input's rescale in every int8 Add) is floor((x + 1) / 2),
+ * computed as (x >> 1) + (x & 1) so that x = INT32_MAX cannot wrap: 3 instructions. */
 static inline __m512i es_mulq16_avx512(__m512i x, int32_t mult, int32_t shift) {
     __m512i mu, half, even, odd;
+    if (shift == 0 && mult == (1 << 30))
+        return _mm512_add_epi32(_mm512_srai_epi32(x, 1),
+                                _mm512_and_si512(x, _mm512_set1_epi32(1)));
     if (shift >= 0 || mult < 0) return es_mulq16_any_avx512(x, mult, shift);
     mu = _mm512_set1_epi32(mult);
     half = _mm512_set1_epi64((int64_t)1 << (30 - shift));
@@ -56,6 +61,53 @@ static inline __m512i es_mulq16v_avx512(__m512i x, __m512i mult, __m512i shift) 
     even = _mm512_min_epi64(_mm512_max_epi64(_mm512_srav_epi64(even, te), lo), hi);
     odd = _mm512_min_epi64(_mm512_max_epi64(_mm512_srav_epi64(odd, to), lo), hi);
     return _mm512_mask_blend_epi32((__mmask16)0xAAAA, even, _mm512_slli_epi64(odd, 32));
+}
+
+/* Per-lane requantisation of a block of 16 channels with its constants computed once
+ * (es_rq16_setup), for kernels that requantise many vectors of the same channels. wide:
+ * some lane has shift > 0 or a negative multiplier, so the rescaled value may leave int32
+ * and must saturate as es_mul_q does (es_mulq16v_avx512). Otherwise it fits, and when every
+ * shift is < 0 (high) the total shift of 32 or more is the high words of the rounded
+ * products (a floor for either sign) shifted right by the rest in 32-bit lanes: 7
+ * instructions instead of 16. The even lanes' constants are in the low halves of the
+ * 64-bit lanes (_e), the odd lanes' moved there (_o). */
+typedef struct {
+    __m512i mult, shift, mult_o, half_e, half_o, tot_e, tot_o, rest;
+    int wide, high;
+} es_rq16;
+
+/* constants for channels [0, n) of mult / shift (n <= 16; lanes past n: mult 0, shift -1) */
+static inline es_rq16 es_rq16_setup(const int32_t *mult, const int32_t *shift, int n) {
+    const __mmask16 cm = (__mmask16)(n >= 16 ? 0xffffu : (1u << n) - 1u);
+    const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi64(1);
+    __m512i total;
+    es_rq16 q;
+    q.mult = _mm512_maskz_loadu_epi32(cm, mult);
+    q.shift = _mm512_mask_loadu_epi32(_mm512_set1_epi32(-1), cm, shift);
+    total = _mm512_sub_epi32(_mm512_set1_epi32(31), q.shift);
+    q.mult_o = _mm512_srli_epi64(q.mult, 32);
+    q.tot_e = _mm512_and_si512(total, _mm512_set1_epi64(0xffffffffLL));
+    q.tot_o = _mm512_srli_epi64(total, 32);
+    q.half_e = _mm512_sllv_epi64(one, _mm512_sub_epi64(q.tot_e, one));
+    q.half_o = _mm512_sllv_epi64(one, _mm512_sub_epi64(q.tot_o, one));
+    q.rest = _mm512_sub_epi32(total, _mm512_set1_epi32(32));
+    q.wide = _mm512_cmpgt_epi32_mask(q.shift, zero) != 0 ||
+             _mm512_cmplt_epi32_mask(q.mult, zero) != 0;
+    q.high = _mm512_cmpge_epi32_mask(q.shift, zero) == 0;
+    return q;
+}
+
+/* es_mul_q of 16 lanes, lane j with channel j's multiplier and shift */
+static inline __m512i es_rq16_apply(__m512i acc, const es_rq16 *q) {
+    __m512i even, odd;
+    if (q->wide) return es_mulq16v_avx512(acc, q->mult, q->shift);
+    even = _mm512_add_epi64(_mm512_mul_epi32(acc, q->mult), q->half_e);
+    odd = _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(acc, 32), q->mult_o), q->half_o);
+    if (q->high)
+        return _mm512_srav_epi32(
+            _mm512_mask_blend_epi32((__mmask16)0xAAAA, _mm512_srli_epi64(even, 32), odd), q->rest);
+    return _mm512_mask_blend_epi32((__mmask16)0xAAAA, _mm512_srav_epi64(even, q->tot_e),
+                                   _mm512_slli_epi64(_mm512_srav_epi64(odd, q->tot_o), 32));
 }
 
 #if defined(__AVX512BW__) && defined(__AVX512VL__)

@@ -171,8 +171,11 @@ def test_requantization_rounds_once_to_the_exact_value(name, cc, flags, wrapper,
             min(2**31 - 1, int(2**31 / max(real, 1.0)) - 1)  # some saturate to int32
         for x in (*rng.integers(-bound, bound, size=20), 0, 1, -1, bound, -bound):
             cases.append((int(x), m, s))
-    # exact ties round up: x * real = k + 1/2 exactly
+    # exact ties round up: x * real = k + 1/2 exactly; real = 1/2 exactly (an Add's larger
+    # input) over the whole int32 range
     cases += [(3, 2**30, 0), (-3, 2**30, 0), (5, 2**30, -1), (-5, 2**30, -1)]
+    cases += [(x, 2**30, 0) for x in (0, 1, -1, 2, -2, 2**31 - 1, -2**31, 2**31 - 2, -2**31 + 1,
+                                      *rng.integers(-2**31, 2**31, size=40))]
     p = subprocess.run([*wrapper, str(b)], input="".join(f"{x} {m} {s}\n" for x, m, s in cases),
                        capture_output=True, text=True, timeout=120, check=True)
     got = [tuple(map(int, line.split())) for line in p.stdout.splitlines()]

@@ -133,16 +133,14 @@ typedef struct {
 static void store_block(const __m512i *acc, const int32_t *mult, const int32_t *shift,
                         int m0, int nm, int8_t *y, int P, int p0, int np,
                         const es_conv_params *p) {
-    const __mmask16 km = (__mmask16)(nm >= 16 ? 0xffffu : (1u << nm) - 1u);
-    const __m512i mu = _mm512_maskz_loadu_epi32(km, mult + m0);
-    const __m512i sh = _mm512_maskz_loadu_epi32(km, shift + m0);
+    const es_rq16 rq = es_rq16_setup(mult + m0, shift + m0, nm);
     const __m512i zp = _mm512_set1_epi32(p->y_zp);
     const __m128i lo = _mm_set1_epi8((char)p->qmin), hi = _mm_set1_epi8((char)p->qmax);
     const __mmask16 kp = (__mmask16)((1u << np) - 1u);
     __m128i r[NP], t[NP], u[NP], v[NP];
     int i, c;
     for (i = 0; i < NP; ++i) {
-        const __m512i q = _mm512_add_epi32(es_mulq16v_avx512(acc[i], mu, sh), zp);
+        const __m512i q = _mm512_add_epi32(es_rq16_apply(acc[i], &rq), zp);
         r[i] = _mm_min_epi8(_mm_max_epi8(_mm512_cvtsepi32_epi8(q), lo), hi);
     }
     /* 8 pixels x 16 channels -> 16 channels x 8 pixels: t pairs pixels, u quads, v octets */

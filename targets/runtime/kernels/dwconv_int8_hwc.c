@@ -328,56 +328,27 @@ static void block_weights(const dw_scratch *s, const int8_t *w, int KH, int KW, 
     }
 }
 
-/* requantisation constants of a block of 16 channels. wide: some lane has shift > 0 or a
- * negative multiplier, so the rescaled value may leave int32 and must saturate as
- * es_mul_q does (es_mulq16v_avx512). Otherwise it fits, and when every shift is < 0
- * (high) the total shift of 32 or more is the high words of the rounded products (a floor
- * for either sign) shifted right by the rest in 32-bit lanes. The even lanes' constants
- * are in the low halves of the 64-bit lanes (_e), the odd lanes' moved there (_o). */
+/* requantisation constants of a block of 16 channels (es_rq16, es_simd.h) and the output
+ * range, broadcast once per block */
 typedef struct {
-    __m512i mult, shift, mult_o, half_e, half_o, tot_e, tot_o, rest;
+    es_rq16 r;
     __m512i yzp, qmin, qmax, yzp16, qmin8, qmax8;
-    int wide, high;
 } dw_rq;
 
 static void block_consts(__m512i *bias, dw_rq *q, const int32_t *b, const int32_t *mult,
                          const int32_t *shift, int nc, const es_conv_params *p) {
-    const __mmask16 cm = (__mmask16)((1u << nc) - 1u);
-    const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi64(1);
-    __m512i total;
-    *bias = _mm512_maskz_loadu_epi32(cm, b);
-    q->mult = _mm512_maskz_loadu_epi32(cm, mult);
-    q->shift = _mm512_mask_loadu_epi32(_mm512_set1_epi32(-1), cm, shift); /* pad lanes: -1 */
-    total = _mm512_sub_epi32(_mm512_set1_epi32(31), q->shift);
-    q->mult_o = _mm512_srli_epi64(q->mult, 32);
-    q->tot_e = _mm512_and_si512(total, _mm512_set1_epi64(0xffffffffLL));
-    q->tot_o = _mm512_srli_epi64(total, 32);
-    q->half_e = _mm512_sllv_epi64(one, _mm512_sub_epi64(q->tot_e, one));
-    q->half_o = _mm512_sllv_epi64(one, _mm512_sub_epi64(q->tot_o, one));
-    q->rest = _mm512_sub_epi32(total, _mm512_set1_epi32(32));
+    *bias = _mm512_maskz_loadu_epi32((__mmask16)((1u << nc) - 1u), b);
+    q->r = es_rq16_setup(mult, shift, nc);
     q->yzp = _mm512_set1_epi32(p->y_zp);
     q->qmin = _mm512_set1_epi32(p->qmin);
     q->qmax = _mm512_set1_epi32(p->qmax);
     q->yzp16 = _mm512_set1_epi16((short)p->y_zp);
     q->qmin8 = _mm512_set1_epi8((char)p->qmin);
     q->qmax8 = _mm512_set1_epi8((char)p->qmax);
-    q->wide = _mm512_cmpgt_epi32_mask(q->shift, zero) != 0 ||
-              _mm512_cmplt_epi32_mask(q->mult, zero) != 0;
-    q->high = _mm512_cmpge_epi32_mask(q->shift, zero) == 0;
 }
 
 /* es_mul_q of 16 lanes */
-static inline __m512i rescale(__m512i acc, const dw_rq *q) {
-    __m512i even, odd;
-    if (q->wide) return es_mulq16v_avx512(acc, q->mult, q->shift);
-    even = _mm512_add_epi64(_mm512_mul_epi32(acc, q->mult), q->half_e);
-    odd = _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(acc, 32), q->mult_o), q->half_o);
-    if (q->high)
-        return _mm512_srav_epi32(
-            _mm512_mask_blend_epi32((__mmask16)0xAAAA, _mm512_srli_epi64(even, 32), odd), q->rest);
-    return _mm512_mask_blend_epi32((__mmask16)0xAAAA, _mm512_srav_epi64(even, q->tot_e),
-                                   _mm512_slli_epi64(_mm512_srav_epi64(odd, q->tot_o), 32));
-}
+static inline __m512i rescale(__m512i acc, const dw_rq *q) { return es_rq16_apply(acc, &q->r); }
 
 /* one output column: 16 bytes sat8(es_mul_q(acc) + y_zp) clamped to [qmin, qmax] */
 static inline void store1(int8_t *o, __m512i acc, const dw_rq *q) {
