@@ -59,6 +59,23 @@ static void quads_row(uint32_t *restrict dst, size_t n, const int8_t *restrict s
     }
 }
 
+/* even[q] = row[2q], odd[q] = row[2q + 1] for q < ceil(Wp / 2), the odd column past an odd
+ * Wp the pad word: whole pairs in a branch-free loop over restrict pointers, which
+ * compilers vectorise into two-source permutes, then the last lone column */
+static void deal_row(uint32_t *restrict even, uint32_t *restrict odd,
+                     const uint32_t *restrict row, int Wp, uint32_t pad4) {
+    const int half = Wp / 2;
+    int q;
+    for (q = 0; q < half; ++q) {
+        even[q] = row[2 * q];
+        odd[q] = row[2 * q + 1];
+    }
+    if (Wp & 1) {
+        even[half] = row[Wp - 1];
+        odd[half] = pad4;
+    }
+}
+
 /* The padded input as planes of uint8 channel quads: word (c4, r, q) holds the bytes
  * x[4*c4 + i][r - PT][q - PL] + 128 for in-bounds pixels, x_zp + 128 elsewhere (padding
  * reads as x = x_zp) and for the channels past C of the last quad (their weights are zero;
@@ -106,11 +123,7 @@ static void to_quads_u8(const int8_t *x, uint32_t *xt, uint32_t *rowbuf, const e
             }
             if (S == 2) { /* deal the row out to its two column phases */
                 uint32_t *even = xc + (size_t)(r & 1) * 2 * phase + (size_t)(r >> 1) * d->Wq;
-                uint32_t *odd = even + phase;
-                for (q = 0; q < d->Wq; ++q) {
-                    even[q] = 2 * q < Wp ? rowbuf[2 * q] : pad4;
-                    odd[q] = 2 * q + 1 < Wp ? rowbuf[2 * q + 1] : pad4;
-                }
+                deal_row(even, even + phase, rowbuf, Wp, pad4);
             }
         }
     }
