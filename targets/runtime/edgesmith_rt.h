@@ -96,6 +96,30 @@ typedef struct {
     int32_t ndim, shape[ES_MAX_DIMS], sa[ES_MAX_DIMS], sb[ES_MAX_DIMS];
 } es_bcast;
 
+/* Broadcast walks shared by the binary kernels (add, mul, the fp32 binary ops). The
+ * generator merges dims that broadcast alike, so the innermost dim is one run; the outer
+ * dims are walked by an odometer that moves each input's offset by its stride (0 where it
+ * broadcasts) and rewinds a dim when it wraps. */
+static inline long es_bcast_outer(const es_bcast *bc) {
+    long n = 1;
+    int d;
+    for (d = 0; d < bc->ndim - 1; ++d) n *= bc->shape[d];
+    return n;
+}
+
+/* the next run: idx over dims 0 .. ndim-2, offsets ao / bo of its first elements */
+static inline void es_bcast_next(const es_bcast *bc, int *idx, long *ao, long *bo) {
+    int d;
+    for (d = bc->ndim - 2; d >= 0; --d) {
+        *ao += bc->sa[d];
+        *bo += bc->sb[d];
+        if (++idx[d] < bc->shape[d]) return;
+        *ao -= (long)bc->sa[d] * bc->shape[d];
+        *bo -= (long)bc->sb[d] * bc->shape[d];
+        idx[d] = 0;
+    }
+}
+
 typedef struct {
     int32_t ndim, shape[ES_MAX_DIMS], perm[ES_MAX_DIMS];
 } es_perm;

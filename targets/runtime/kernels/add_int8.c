@@ -259,9 +259,7 @@ void es_add_i8_bcast(const int8_t *a, const int8_t *b, int8_t *y,
     const int nd = bc->ndim, n = bc->shape[nd - 1];
     const int a_runs = bc->sa[nd - 1] != 0, b_runs = bc->sb[nd - 1] != 0;
     int idx[ES_MAX_DIMS] = {0};
-    long outer = 1, o, ao = 0, bo = 0;
-    int d;
-    for (d = 0; d < nd - 1; ++d) outer *= bc->shape[d];
+    long outer = es_bcast_outer(bc), o, ao = 0, bo = 0;
     for (o = 0; o < outer; ++o) {
         if (a_runs && b_runs)
             es_add_i8(a + ao, b + bo, y, n, &p->q);
@@ -270,14 +268,7 @@ void es_add_i8_bcast(const int8_t *a, const int8_t *b, int8_t *y,
         else
             add_i8_run_vs_one(b + bo, 1, a[ao], y, n, &p->q);
         y += n;
-        for (d = nd - 2; d >= 0; --d) { /* odometer over the outer dims */
-            ao += bc->sa[d];
-            bo += bc->sb[d];
-            if (++idx[d] < bc->shape[d]) break;
-            ao -= (long)bc->sa[d] * bc->shape[d];
-            bo -= (long)bc->sb[d] * bc->shape[d];
-            idx[d] = 0;
-        }
+        es_bcast_next(bc, idx, &ao, &bo);
     }
 }
 

@@ -67,16 +67,9 @@ void es_binary_f32(const float *a, const float *b, float *y, int op, const es_bc
     const int nd = bc->ndim, last = bc->shape[nd - 1];
     const int sa = bc->sa[nd - 1], sb = bc->sb[nd - 1];
     int idx[ES_MAX_DIMS] = {0};
-    long outer = 1, o;
-    int d;
-    for (d = 0; d < nd - 1; ++d) outer *= bc->shape[d];
+    long outer = es_bcast_outer(bc), o, ao = 0, bo = 0;
     for (o = 0; o < outer; ++o) {
-        long ao = 0, bo = 0;
         int i;
-        for (d = 0; d < nd - 1; ++d) {
-            ao += (long)idx[d] * bc->sa[d];
-            bo += (long)idx[d] * bc->sb[d];
-        }
         if (op == ES_B_ADD && sa == 1 && sb == 1) {
             for (i = 0; i < last; ++i) y[i] = a[ao + i] + b[bo + i];
         } else if (op == ES_B_ADD && sa == 1 && sb == 0) {
@@ -91,10 +84,7 @@ void es_binary_f32(const float *a, const float *b, float *y, int op, const es_bc
             for (i = 0; i < last; ++i) y[i] = binary1(a[ao + (long)i * sa], b[bo + (long)i * sb], op);
         }
         y += last;
-        for (d = nd - 2; d >= 0; --d) { /* odometer over the outer dims */
-            if (++idx[d] < bc->shape[d]) break;
-            idx[d] = 0;
-        }
+        es_bcast_next(bc, idx, &ao, &bo);
     }
 }
 

@@ -162,9 +162,7 @@ void es_mul_i8(const int8_t *a, const int8_t *b, int8_t *y, const es_qmul_params
     const int nd = bc->ndim, n = bc->shape[nd - 1];
     const int a_runs = bc->sa[nd - 1] != 0, b_runs = bc->sb[nd - 1] != 0;
     int idx[ES_MAX_DIMS] = {0};
-    long outer = 1, o, ao = 0, bo = 0;
-    int d;
-    for (d = 0; d < nd - 1; ++d) outer *= bc->shape[d];
+    long outer = es_bcast_outer(bc), o, ao = 0, bo = 0;
     for (o = 0; o < outer; ++o) {
         if (a_runs && b_runs)
             mul_run(a + ao, b + bo, y, n, p);
@@ -173,14 +171,7 @@ void es_mul_i8(const int8_t *a, const int8_t *b, int8_t *y, const es_qmul_params
         else
             mul_run_vs_one(b + bo, p->b_zp, a[ao], p->a_zp, y, n, p);
         y += n;
-        for (d = nd - 2; d >= 0; --d) { /* odometer over the outer dims */
-            ao += bc->sa[d];
-            bo += bc->sb[d];
-            if (++idx[d] < bc->shape[d]) break;
-            ao -= (long)bc->sa[d] * bc->shape[d];
-            bo -= (long)bc->sb[d] * bc->shape[d];
-            idx[d] = 0;
-        }
+        es_bcast_next(bc, idx, &ao, &bo);
     }
 }
 
