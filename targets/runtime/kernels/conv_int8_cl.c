@@ -125,22 +125,30 @@ typedef struct {
                                   block, whose second half is computed and not stored) */
     int m0, nm;                /* first channel, channels stored (<= 32) */
     int p0, np;                /* first pixel, pixels stored (<= NP) */
+#if defined(ES_CL_VNNI)
+    es_rq16 rq[2]; /* requantisation constants of the two blocks, set once per block pair */
+#endif
 } cl_tile;
 
 #if defined(ES_CL_VNNI)
+/* the requantisation constants of the tile's block pair */
+static void pair_consts(cl_tile *tl, const int32_t *mult, const int32_t *shift) {
+    const int m1 = tl->m0 + NC;
+    tl->rq[0] = es_rq16_setup(mult + tl->m0, shift + tl->m0, tl->nm < NC ? tl->nm : NC);
+    if (tl->nm > NC) tl->rq[1] = es_rq16_setup(mult + m1, shift + m1, tl->nm - NC);
+}
+
 /* requantise one block's 8 pixel vectors (16 channels each) and store them to channel
  * rows m0.. of y: y[(m0 + c) * P + p0 + i] for c < nm, i < np */
-static void store_block(const __m512i *acc, const int32_t *mult, const int32_t *shift,
-                        int m0, int nm, int8_t *y, int P, int p0, int np,
-                        const es_conv_params *p) {
-    const es_rq16 rq = es_rq16_setup(mult + m0, shift + m0, nm);
+static void store_block(const __m512i *acc, const es_rq16 *rq, int m0, int nm, int8_t *y,
+                        int P, int p0, int np, const es_conv_params *p) {
     const __m512i zp = _mm512_set1_epi32(p->y_zp);
     const __m128i lo = _mm_set1_epi8((char)p->qmin), hi = _mm_set1_epi8((char)p->qmax);
     const __mmask16 kp = (__mmask16)((1u << np) - 1u);
     __m128i r[NP], t[NP], u[NP], v[NP];
     int i, c;
     for (i = 0; i < NP; ++i) {
-        const __m512i q = _mm512_add_epi32(es_rq16_apply(acc[i], &rq), zp);
+        const __m512i q = _mm512_add_epi32(es_rq16_apply(acc[i], rq), zp);
         r[i] = _mm_min_epi8(_mm_max_epi8(_mm512_cvtsepi32_epi8(q), lo), hi);
     }
     /* 8 pixels x 16 channels -> 16 channels x 8 pixels: t pairs pixels, u quads, v octets */
@@ -218,12 +226,20 @@ static void tile(const cl_tile *tl, int KH, int KW, int C4, const int32_t *bias,
     {
         const __m512i s[NP] = {s0, s1, s2, s3, s4, s5, s6, s7};
         const __m512i u[NP] = {u0, u1, u2, u3, u4, u5, u6, u7};
-        store_block(s, mult, shift, tl->m0, tl->nm, y, P, tl->p0, tl->np, p);
+        (void)mult;
+        (void)shift;
+        store_block(s, &tl->rq[0], tl->m0, tl->nm, y, P, tl->p0, tl->np, p);
         if (tl->nm > NC)
-            store_block(u, mult, shift, tl->m0 + NC, tl->nm - NC, y, P, tl->p0, tl->np, p);
+            store_block(u, &tl->rq[1], tl->m0 + NC, tl->nm - NC, y, P, tl->p0, tl->np, p);
     }
 }
 #else
+static void pair_consts(cl_tile *tl, const int32_t *mult, const int32_t *shift) {
+    (void)tl;
+    (void)mult;
+    (void)shift;
+}
+
 /* the same tile in plain C: each stored pixel and channel on its own */
 static void tile(const cl_tile *tl, int KH, int KW, int C4, const int32_t *bias,
                  const int32_t *mult, const int32_t *shift, int8_t *y, int P,
@@ -264,18 +280,27 @@ void es_conv2d_i8_cl(const int8_t *x, const int8_t *wc, const int32_t *bias_u8,
     tl.xh = xh;
     tl.row_step = (size_t)p->DH * Wp * C4;
     tl.col_step = (size_t)p->DW * C4;
-    for (tl.p0 = 0; tl.p0 < P; tl.p0 += NP) {
-        tl.np = P - tl.p0 < NP ? P - tl.p0 : NP;
-        for (i = 0; i < NP; ++i) {
-            const int pix = tl.p0 + (i < tl.np ? i : tl.np - 1);
-            tl.org[i] = ((size_t)(pix / p->OW) * p->SH * Wp + (size_t)(pix % p->OW) * p->SW) * C4;
-        }
-        for (b = 0; b < M16; b += 2) {
-            tl.m0 = b * NC;
-            tl.nm = p->M - tl.m0 < 2 * NC ? p->M - tl.m0 : 2 * NC;
-            tl.w0 = wc + (size_t)b * block;
-            tl.w1 = b + 1 < M16 ? tl.w0 + block : tl.w0;
+    /* block pairs outside, pixels inside: a pair's weights (KH*KW*C4*128 bytes) stay in L1
+     * across the tiles of pixels, and its requantisation constants are set once */
+    for (b = 0; b < M16; b += 2) {
+        int oh = 0, ow = 0; /* the position of pixel p0 */
+        tl.m0 = b * NC;
+        tl.nm = p->M - tl.m0 < 2 * NC ? p->M - tl.m0 : 2 * NC;
+        tl.w0 = wc + (size_t)b * block;
+        tl.w1 = b + 1 < M16 ? tl.w0 + block : tl.w0;
+        pair_consts(&tl, mult, shift);
+        for (tl.p0 = 0; tl.p0 < P; tl.p0 += NP) {
+            int r = oh, q = ow;
+            tl.np = P - tl.p0 < NP ? P - tl.p0 : NP;
+            for (i = 0; i < NP; ++i) { /* window origins; pixels past the last repeat it */
+                tl.org[i] = ((size_t)r * p->SH * Wp + (size_t)q * p->SW) * C4;
+                if (i + 1 < tl.np && ++q == p->OW) {
+                    q = 0;
+                    ++r;
+                }
+            }
             tile(&tl, p->KH, p->KW, C4, bias_u8, mult, shift, y, P, p);
+            for (ow += NP; ow >= p->OW; ow -= p->OW) ++oh;
         }
     }
 }
