@@ -17,7 +17,8 @@
  * channels (16 accumulators); each step loads two weight vectors and broadcasts one input
  * word per pixel. The tile's 8 x 16 bytes per block are transposed to channel rows (three
  * rounds of byte, word and dword interleaves) and stored 8 pixels at a time into the CHW
- * output. Without VNNI the same tiles run in plain C. */
+ * output. Pairs of weight blocks run outside the pixel tiles, so a pair's weights stay in
+ * L1 while every tile of pixels uses them. Without VNNI the same tiles run in plain C. */
 #include <string.h>
 
 #include "../edgesmith_rt.h"
