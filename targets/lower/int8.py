@@ -335,7 +335,7 @@ def conv_i8(L: Lowerer, node) -> bool:
             wt = L.const_tensor(node.name + "_wc", _cl_weights(dot[0]), "i8")
         else:
             fn, scratch = "es_conv2d_i8_dot", dot_i8_scratch(params)
-            wt = L.const_tensor(node.name + "_w4", dot[0], "i8")
+            wt = L.const_tensor(node.name + "_w8", _dot_weights(dot[0]), "i8")
         bias = dot[1]
     elif group == 1:
         # im2col tiles + a 4x16 register-blocked GEMM; weights packed as int16 pairs over
@@ -365,7 +365,8 @@ def conv_i8(L: Lowerer, node) -> bool:
 
 
 def _dot_operands(w: np.ndarray, bias: np.ndarray, x_zp: int):
-    """(weights [M][KH][KW][C4*4] int8, bias_u8) for es_conv2d_i8_dot, or None when the
+    """(weights [M][KH][KW][C4*4] int8, bias_u8) for the VNNI kernels (their packings
+    start from these weights: _dot_weights, _cl_weights), or None when the
     folded bias bias - (x_zp + 128) * sum w or the u8 x s8 sums could leave int32."""
     m, c, kh, kw = w.shape
     c4 = (c + 3) // 4
@@ -390,6 +391,17 @@ def use_cl(p: dict) -> bool:
     and so is M = 16 (3->16 stem on 64x64, 10.6 vs 23 us)."""
     m32 = -(-p["M"] // 32) * 32
     return 3 * m32 <= 4 * p["M"] and (p["KH"] * p["KW"] > 1 or p["OH"] * p["OW"] <= 16)
+
+
+def _dot_weights(w4: np.ndarray) -> np.ndarray:
+    """[M][KH][KW][C4*4] -> [M8][KH][KW][C4][8][4] for es_conv2d_i8_dot: the 8 output
+    channels of one micro-kernel call side by side, so each step of the reduction reads 32
+    contiguous bytes from one pointer; channels past M are zero."""
+    m, kh, kw, c = w4.shape
+    m8 = -(-m // 8)
+    wp = np.zeros((m8 * 8, kh, kw, c), np.int8)
+    wp[:m] = w4
+    return np.ascontiguousarray(wp.reshape(m8, 8, kh, kw, c // 4, 4).transpose(0, 2, 3, 4, 1, 5))
 
 
 def _cl_weights(w4: np.ndarray) -> np.ndarray:

@@ -219,8 +219,9 @@ void es_pointwise_i8(const int8_t *x, const int32_t *wp, const int32_t *bias,
 void es_conv2d_i8_gemm(const int8_t *x, const int32_t *wp, const int32_t *bias,
                        const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
                        const es_conv_params *p);
-/* one group, u8 x s8 dot-product GEMM (AVX-512 VNNI; plain C elsewhere); w4:
- * [M][KH][KW][C4*4] int8 (C4 = ceil(C/4)), bias_u8 = bias - (x_zp + 128) * row sums of w.
+/* one group, u8 x s8 dot-product GEMM (AVX-512 VNNI; plain C elsewhere); w8:
+ * [ceil(M/8)][KH][KW][C4][8][4] int8 (C4 = ceil(C/4)), bias_u8 = bias - (x_zp + 128) * row
+ * sums of w.
  * es_i8_dot_plan is the walk the kernel takes and es_i8_dot_scratch the scratch bytes it
  * needs; lower/int8.py dot_i8_scratch mirrors both. */
 #define ES_DOT_MAXT 49 /* taps a direct walk keeps offsets for (7x7); more use im2col */
@@ -271,7 +272,7 @@ static inline size_t es_i8_dot_scratch(const es_conv_params *p) {
     if (d.KT < d.T) n += 64u * (size_t)p->M;
     return n;
 }
-void es_conv2d_i8_dot(const int8_t *x, const int8_t *w4, const int32_t *bias_u8,
+void es_conv2d_i8_dot(const int8_t *x, const int8_t *w8, const int32_t *bias_u8,
                       const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
                       const es_conv_params *p);
 /* one group, output channels in the vector lanes (kernels/conv_int8_cl.c), for small output

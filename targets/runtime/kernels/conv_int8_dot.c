@@ -11,8 +11,11 @@
  * sum is exact in int32 and requantisation is es_mul_q, so results are bit-identical to
  * es_conv2d_i8 (conv_int8.c), the oracle in tests.
  *
- * w4: [M][KH][KW][C4 * 4] int8: the weights tap-major with channels innermost, zero-padded
- * to a multiple of 4 channels, so 4 channels of one tap share a 32-bit lane. The input is
+ * w8: [M8][KH][KW][C4][8][4] int8, M8 = ceil(M / 8): the weights tap-major with input
+ * channels innermost in quads (zero-padded to a multiple of 4), so 4 channels of one tap
+ * share a 32-bit lane, and the 8 output channels of a micro-kernel call side by side, so
+ * one step of the reduction reads 32 contiguous bytes from one pointer (rows past M are
+ * zero). The input is
  * first rewritten once as padded planes of uint8 channel quads, xt[c4][r][q]: the 4
  * channels of quad c4 at padded pixel (r, q) in one 32-bit word. The micro-kernel keeps 8
  * output channels x 16 (or, two tiles at once, 32) pixels in registers and broadcasts 4
@@ -214,15 +217,14 @@ static inline void put_row(const dot_block *b, __m512i acc, int m, int8_t *y, in
     }
 }
 
-/* 8 channels (rows m0..m0+7 of w4, rows past nr repeat the last) x 16 pixels */
-static void tile_8x16(const dot_block *b, const int8_t *w4, int K4, const int32_t *bias,
+/* 8 channels (rows m0..m0+7, m0 a multiple of 8; rows past nr are computed from zero
+ * weights and not stored) x 16 pixels */
+static void tile_8x16(const dot_block *b, const int8_t *w8, int K4, const int32_t *bias,
                       const int32_t *mult, const int32_t *shift, int m0, int nr, int8_t *y,
                       int P, const es_conv_params *p) {
-    const int8_t *wr[TM];
+    const int8_t *wk = w8 + ((size_t)(m0 / TM) * K4 + b->k0) * TM * 4;
     __m512i s0, s1, s2, s3, s4, s5, s6, s7;
     int r, t, c4;
-    for (r = 0; r < TM; ++r)
-        wr[r] = w4 + ((size_t)(m0 + (r < nr ? r : nr - 1)) * K4 + b->k0) * 4;
     s0 = start(b, bias, m0);
     s1 = start(b, bias, m0 + (nr > 1 ? 1 : 0));
     s2 = start(b, bias, m0 + (nr > 2 ? 2 : 0));
@@ -233,18 +235,16 @@ static void tile_8x16(const dot_block *b, const int8_t *w4, int K4, const int32_
     s7 = start(b, bias, m0 + (nr > 7 ? 7 : 0));
     for (t = 0; t < b->ntaps; ++t) {
         const uint8_t *cb = b->base + b->tap[t];
-        const int k = t * b->C4 * 4;
-        for (c4 = 0; c4 < b->C4; ++c4) {
+        for (c4 = 0; c4 < b->C4; ++c4, wk += TM * 4) {
             const __m512i c = _mm512_loadu_si512(cb + (size_t)c4 * b->c4_step);
-            const int kq = k + 4 * c4;
-            s0 = _mm512_dpbusd_epi32(s0, c, _mm512_set1_epi32(quad(wr[0] + kq)));
-            s1 = _mm512_dpbusd_epi32(s1, c, _mm512_set1_epi32(quad(wr[1] + kq)));
-            s2 = _mm512_dpbusd_epi32(s2, c, _mm512_set1_epi32(quad(wr[2] + kq)));
-            s3 = _mm512_dpbusd_epi32(s3, c, _mm512_set1_epi32(quad(wr[3] + kq)));
-            s4 = _mm512_dpbusd_epi32(s4, c, _mm512_set1_epi32(quad(wr[4] + kq)));
-            s5 = _mm512_dpbusd_epi32(s5, c, _mm512_set1_epi32(quad(wr[5] + kq)));
-            s6 = _mm512_dpbusd_epi32(s6, c, _mm512_set1_epi32(quad(wr[6] + kq)));
-            s7 = _mm512_dpbusd_epi32(s7, c, _mm512_set1_epi32(quad(wr[7] + kq)));
+            s0 = _mm512_dpbusd_epi32(s0, c, _mm512_set1_epi32(quad(wk)));
+            s1 = _mm512_dpbusd_epi32(s1, c, _mm512_set1_epi32(quad(wk + 4)));
+            s2 = _mm512_dpbusd_epi32(s2, c, _mm512_set1_epi32(quad(wk + 8)));
+            s3 = _mm512_dpbusd_epi32(s3, c, _mm512_set1_epi32(quad(wk + 12)));
+            s4 = _mm512_dpbusd_epi32(s4, c, _mm512_set1_epi32(quad(wk + 16)));
+            s5 = _mm512_dpbusd_epi32(s5, c, _mm512_set1_epi32(quad(wk + 20)));
+            s6 = _mm512_dpbusd_epi32(s6, c, _mm512_set1_epi32(quad(wk + 24)));
+            s7 = _mm512_dpbusd_epi32(s7, c, _mm512_set1_epi32(quad(wk + 28)));
         }
     }
     {
@@ -259,13 +259,12 @@ static void tile_8x16(const dot_block *b, const int8_t *w4, int K4, const int32_
 /* two direct tiles side by side (a's 16 pixels, then b's, the next 16 words of the same
  * taps): 16 accumulators share each weight broadcast and the per-call work, which for the
  * short reductions of 1x1 convs over few channels is a large part of a tile */
-static void tile_8x32(const dot_block *a, const dot_block *b, const int8_t *w4, int K4,
+static void tile_8x32(const dot_block *a, const dot_block *b, const int8_t *w8, int K4,
                       const int32_t *bias, const int32_t *mult, const int32_t *shift, int m0,
                       int nr, int8_t *y, int P, const es_conv_params *p) {
-    const int8_t *wr[TM];
+    const int8_t *wk = w8 + (size_t)(m0 / TM) * K4 * TM * 4;
     __m512i s0, s1, s2, s3, s4, s5, s6, s7, u0, u1, u2, u3, u4, u5, u6, u7;
     int r, t, c4;
-    for (r = 0; r < TM; ++r) wr[r] = w4 + (size_t)(m0 + (r < nr ? r : nr - 1)) * K4 * 4;
     s0 = u0 = _mm512_set1_epi32(bias[m0]);
     s1 = u1 = _mm512_set1_epi32(bias[m0 + (nr > 1 ? 1 : 0)]);
     s2 = u2 = _mm512_set1_epi32(bias[m0 + (nr > 2 ? 2 : 0)]);
@@ -276,33 +275,31 @@ static void tile_8x32(const dot_block *a, const dot_block *b, const int8_t *w4, 
     s7 = u7 = _mm512_set1_epi32(bias[m0 + (nr > 7 ? 7 : 0)]);
     for (t = 0; t < a->ntaps; ++t) {
         const uint8_t *cb = a->base + a->tap[t];
-        const int k = t * a->C4 * 4;
-        for (c4 = 0; c4 < a->C4; ++c4) {
+        for (c4 = 0; c4 < a->C4; ++c4, wk += TM * 4) {
             const __m512i ca = _mm512_loadu_si512(cb + (size_t)c4 * a->c4_step);
             const __m512i cc = _mm512_loadu_si512(cb + (size_t)c4 * a->c4_step + TP * 4);
-            const int kq = k + 4 * c4;
-            __m512i w = _mm512_set1_epi32(quad(wr[0] + kq));
+            __m512i w = _mm512_set1_epi32(quad(wk));
             s0 = _mm512_dpbusd_epi32(s0, ca, w);
             u0 = _mm512_dpbusd_epi32(u0, cc, w);
-            w = _mm512_set1_epi32(quad(wr[1] + kq));
+            w = _mm512_set1_epi32(quad(wk + 4));
             s1 = _mm512_dpbusd_epi32(s1, ca, w);
             u1 = _mm512_dpbusd_epi32(u1, cc, w);
-            w = _mm512_set1_epi32(quad(wr[2] + kq));
+            w = _mm512_set1_epi32(quad(wk + 8));
             s2 = _mm512_dpbusd_epi32(s2, ca, w);
             u2 = _mm512_dpbusd_epi32(u2, cc, w);
-            w = _mm512_set1_epi32(quad(wr[3] + kq));
+            w = _mm512_set1_epi32(quad(wk + 12));
             s3 = _mm512_dpbusd_epi32(s3, ca, w);
             u3 = _mm512_dpbusd_epi32(u3, cc, w);
-            w = _mm512_set1_epi32(quad(wr[4] + kq));
+            w = _mm512_set1_epi32(quad(wk + 16));
             s4 = _mm512_dpbusd_epi32(s4, ca, w);
             u4 = _mm512_dpbusd_epi32(u4, cc, w);
-            w = _mm512_set1_epi32(quad(wr[5] + kq));
+            w = _mm512_set1_epi32(quad(wk + 20));
             s5 = _mm512_dpbusd_epi32(s5, ca, w);
             u5 = _mm512_dpbusd_epi32(u5, cc, w);
-            w = _mm512_set1_epi32(quad(wr[6] + kq));
+            w = _mm512_set1_epi32(quad(wk + 24));
             s6 = _mm512_dpbusd_epi32(s6, ca, w);
             u6 = _mm512_dpbusd_epi32(u6, cc, w);
-            w = _mm512_set1_epi32(quad(wr[7] + kq));
+            w = _mm512_set1_epi32(quad(wk + 28));
             s7 = _mm512_dpbusd_epi32(s7, ca, w);
             u7 = _mm512_dpbusd_epi32(u7, cc, w);
         }
@@ -330,20 +327,20 @@ static void store_lanes(const dot_block *b, const int8_t *v, int8_t *ym) {
 }
 
 /* the same tile in plain C: acc[l] = bias (or the partial sums) + this block's u * w */
-static void tile_8x16(const dot_block *b, const int8_t *w4, int K4, const int32_t *bias,
+static void tile_8x16(const dot_block *b, const int8_t *w8, int K4, const int32_t *bias,
                       const int32_t *mult, const int32_t *shift, int m0, int nr, int8_t *y,
                       int P, const es_conv_params *p) {
     int r, t, c4, e, l;
     for (r = 0; r < nr; ++r) {
         const int m = m0 + r;
-        const int8_t *wm = w4 + ((size_t)m * K4 + b->k0) * 4;
+        const int8_t *wm = w8 + ((size_t)(m0 / TM) * K4 + b->k0) * TM * 4 + 4 * r;
         int32_t acc[TP];
         int8_t v[TP];
         for (l = 0; l < TP; ++l) acc[l] = b->first ? bias[m] : b->part[(size_t)m * TP + l];
         for (t = 0; t < b->ntaps; ++t)
             for (c4 = 0; c4 < b->C4; ++c4) {
                 const uint8_t *cb = b->base + b->tap[t] + (size_t)c4 * b->c4_step;
-                const int8_t *wk = wm + (t * b->C4 + c4) * 4;
+                const int8_t *wk = wm + (size_t)(t * b->C4 + c4) * TM * 4;
                 for (e = 0; e < 4; ++e)
                     for (l = 0; l < TP; ++l) acc[l] += wk[e] * (int32_t)cb[4 * l + e];
             }
@@ -360,22 +357,22 @@ static void tile_8x16(const dot_block *b, const int8_t *w4, int K4, const int32_
 
 #if !defined(ES_DOT_VNNI)
 /* two direct tiles: in plain C, one after the other */
-static void tile_8x32(const dot_block *a, const dot_block *b, const int8_t *w4, int K4,
+static void tile_8x32(const dot_block *a, const dot_block *b, const int8_t *w8, int K4,
                       const int32_t *bias, const int32_t *mult, const int32_t *shift, int m0,
                       int nr, int8_t *y, int P, const es_conv_params *p) {
-    tile_8x16(a, w4, K4, bias, mult, shift, m0, nr, y, P, p);
-    tile_8x16(b, w4, K4, bias, mult, shift, m0, nr, y, P, p);
+    tile_8x16(a, w8, K4, bias, mult, shift, m0, nr, y, P, p);
+    tile_8x16(b, w8, K4, bias, mult, shift, m0, nr, y, P, p);
 }
 #endif
 
 /* every channel block of one tile block */
-static void tile_all(const dot_block *b, const int8_t *w4, int K4, const int32_t *bias,
+static void tile_all(const dot_block *b, const int8_t *w8, int K4, const int32_t *bias,
                      const int32_t *mult, const int32_t *shift, int8_t *y,
                      const es_conv_params *p) {
     const int P = p->OH * p->OW;
     int m0;
     for (m0 = 0; m0 < p->M; m0 += TM)
-        tile_8x16(b, w4, K4, bias, mult, shift, m0, (p->M - m0) < TM ? (p->M - m0) : TM, y, P,
+        tile_8x16(b, w8, K4, bias, mult, shift, m0, (p->M - m0) < TM ? (p->M - m0) : TM, y, P,
                   p);
 }
 
@@ -404,7 +401,7 @@ static void direct_segments(dot_block *b, int v0, int V, int Wp, int OW) {
     }
 }
 
-void es_conv2d_i8_dot(const int8_t *x, const int8_t *w4, const int32_t *bias_u8,
+void es_conv2d_i8_dot(const int8_t *x, const int8_t *w8, const int32_t *bias_u8,
                       const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
                       const es_conv_params *p) {
     const es_dot_plan d = es_i8_dot_plan(p);
@@ -442,12 +439,12 @@ void es_conv2d_i8_dot(const int8_t *x, const int8_t *w4, const int32_t *bias_u8,
             direct_segments(&b, v0, V, d.Wq, p->OW);
             direct_segments(&b2, v0 + TP, V, d.Wq, p->OW);
             if (b.nseg == 0 || b2.nseg == 0) { /* one tile (or none) has outputs */
-                if (b.nseg > 0) tile_all(&b, w4, K4, bias_u8, mult, shift, y, p);
-                if (b2.nseg > 0) tile_all(&b2, w4, K4, bias_u8, mult, shift, y, p);
+                if (b.nseg > 0) tile_all(&b, w8, K4, bias_u8, mult, shift, y, p);
+                if (b2.nseg > 0) tile_all(&b2, w8, K4, bias_u8, mult, shift, y, p);
                 continue;
             }
             for (m0 = 0; m0 < p->M; m0 += TM)
-                tile_8x32(&b, &b2, w4, K4, bias_u8, mult, shift, m0,
+                tile_8x32(&b, &b2, w8, K4, bias_u8, mult, shift, m0,
                           (p->M - m0) < TM ? (p->M - m0) : TM, y, P, p);
         }
         return;
@@ -470,7 +467,7 @@ void es_conv2d_i8_dot(const int8_t *x, const int8_t *w4, const int32_t *bias_u8,
             b.k0 = t0 * C4;
             b.first = t0 == 0;
             b.last = t0 + nt == T;
-            tile_all(&b, w4, K4, bias_u8, mult, shift, y, p);
+            tile_all(&b, w8, K4, bias_u8, mult, shift, y, p);
         }
     }
 }

@@ -51,15 +51,15 @@ int main(int argc, char **argv) {
         free(gs);
         if (memcmp(y0, y1, ny)) { printf("gemm differs\n"); return 1; }
     }
-    if (p.group == 1) { /* u8 x s8 dot GEMM: weights [M][KH][KW][C4*4], bias with the u8 shift */
+    if (p.group == 1) { /* u8 x s8 dot GEMM: weights [M8][KH][KW][C4][8][4], bias_u8 */
         const int C4 = (p.C + 3) / 4, ksz = p.KH * p.KW;
-        int8_t *w4 = calloc((size_t)p.M * ksz * C4 * 4, 1);
+        int8_t *w4 = calloc((size_t)(p.M + 7) / 8 * 8 * ksz * C4 * 4, 1);
         int32_t *bu = malloc(4 * (size_t)p.M);
         int32_t *ds = malloc(es_i8_dot_scratch(&p));
         for (i = 0; i < p.M; ++i) bu[i] = b[i];
         for (i = 0; i < (int)nw; ++i) { /* w[m][c][t], t = kh * KW + kw */
             const int m = i / (p.C * ksz), c = (i / ksz) % p.C, t = i % ksz;
-            w4[((size_t)m * ksz + t) * C4 * 4 + c] = w[i];
+            w4[((((size_t)(m / 8) * ksz + t) * C4 + c / 4) * 8 + m % 8) * 4 + c % 4] = w[i];
             bu[m] -= (p.x_zp + 128) * (int32_t)w[i];
         }
         memset(y1, 0, ny);
