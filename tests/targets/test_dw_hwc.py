@@ -84,7 +84,16 @@ def _run_all(binary: Path, wrapper: list[str], cases) -> None:
 PLAIN = ("plain", "cc", ["-O2", "-U__SSE2__"], [])
 
 
-@pytest.mark.parametrize(("name", "cc", "flags", "wrapper"), [*FLAVOURS, PLAIN])
+# the AVX-512 extensions the VNNI path also uses where the compiler targets them (VBMI2
+# funnel shifts): the build -march=native gives on recent x86
+AVX512_VBMI2 = pytest.param(
+    "avx512vbmi2", "cc", ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni",
+                          "-mavx512vbmi", "-mavx512vbmi2"], [],
+    marks=pytest.mark.skipif(not (_cpu_has("avx512_vnni") and _cpu_has("avx512_vbmi2")),
+                             reason="this CPU has no AVX-512 VNNI and VBMI2"))
+
+
+@pytest.mark.parametrize(("name", "cc", "flags", "wrapper"), [*FLAVOURS, AVX512_VBMI2, PLAIN])
 def test_hwc_depthwise_is_bit_identical_to_reference_and_stays_in_scratch(
         name, cc, flags, wrapper, tmp_path):
     b = _build(cc, flags, tmp_path / f"dw_hwc_{name}")

@@ -37,17 +37,21 @@
  * 3x3 kernel is one instruction per kernel row for 16 channels (the fourth weight is 0).
  * The padding is x_zp + 128, and sum (x + 128) w = sum (x - x_zp) w + (x_zp + 128) sum w,
  * so each output row starts from the bias less (x_zp + 128) times the weight sums of the
- * kernel rows it reads. With DW = 1 the four bytes are contiguous in CHW memory: the
- * columns j = 4i are a transpose of 32-bit words (two-source dword permutes), and the
- * columns 4i + k are funnel shifts of two neighbours, (q[4i] >> 8k) | (q[4i+4] << 32-8k)
- * per lane, made only where the stride reads them. Narrow rows (W < 16) are transposed
- * 16 / W at a time, since a channel's consecutive rows are contiguous: one transpose then
- * carries several rows instead of one mostly empty row, and the ring has NR = KH + B - 1
- * slots so that a batch of B rows never evicts a row the current output row reads. Other
- * dilations go through a byte transpose of the row. Four output columns share each weight
- * vector and are requantised together, packed to int8 by saturating packs. The output
- * transpose is 16x16 bytes in four registers: dword permutes, an in-lane byte shuffle that
- * transposes each 4x4, and a dword permute that puts the rows in place.
+ * kernel rows it reads. With DW = 1 the four bytes are contiguous in CHW memory: the input
+ * row is transposed 16 columns at a time into 32-bit words q[i] = x[4i .. 4i+3] of each
+ * channel (16 masked 128-bit broadcast loads and in-lane unpacks when all 16 channels and
+ * columns exist), and every ring column is a funnel shift of two neighbours,
+ * (q[i] >> 8k) | (q[i+1] << 32-8k) per lane (one vpshrdd with VBMI2), with the padding
+ * words on either side, made only where the stride reads it. Narrow rows (W < 16) are
+ * transposed 16 / W at a time, since a channel's consecutive rows are contiguous: one
+ * transpose then carries several rows instead of one mostly empty row, and the ring has
+ * NR = KH + B - 1 slots so that a batch of B rows never evicts a row the current output row
+ * reads. Other dilations go through a byte transpose of the row. Four output columns share
+ * each weight vector and are requantised together, packed to int8 by saturating packs;
+ * when every shift is <= -2 (the usual case) the rounding needs only the high words of the
+ * 64-bit products (rescale_short). The output transpose is 16x16 bytes in four registers:
+ * dword permutes, then one byte permute (VBMI), or an in-lane byte shuffle that transposes
+ * each 4x4 and a dword permute that puts the rows in place.
  * Portable C (every other target). The ring holds int16 rows of x - x_zp and each tap is a
  * 16-lane multiply-accumulate over 8 output columns that GCC vectorises at -O3. The
  * transposes are 16x16 byte zips where 128-bit vectors exist (SSE2, AArch64 NEON), and
@@ -131,6 +135,16 @@ static inline void load_rows(__m512i a[4], const int8_t *src, size_t cstride, in
     const __mmask16 lm = ve > vb ? (__mmask16)(((1u << ve) - 1u) & ~((1u << vb) - 1u)) : 0;
     __m128i r[16];
     int c, k;
+    if (nc == 16 && lm == 0xffff) { /* the common case: 16 whole rows (first >= 0) */
+        const int8_t *q = src + first;
+        for (k = 0; k < 4; ++k, q += 4 * cstride) {
+            __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)q));
+            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(q + cstride)), 1);
+            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(q + 2 * cstride)), 2);
+            a[k] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(q + 3 * cstride)), 3);
+        }
+        return;
+    }
     for (c = 0; c < 16; ++c) {
         /* padded column j0 of channel c; with left padding that is before the row, so the
          * address is formed in integers (the masked-off bytes are never read) */
@@ -168,56 +182,130 @@ static inline void tr_dwords(const __m512i a[4], __m512i z[4]) {
 
 /* b = the transpose of the 16x16 byte matrix a (4 rows per register, one per lane) */
 static inline void tr16x16(const __m512i a[4], __m512i b[4]) {
+    __m512i z[4];
+    int g;
+#if defined(__AVX512VBMI__)
+    /* z[g] byte 4i + k is byte 4g + k of row i; b[g] byte 16k + i wants it: one byte permute */
+    const __m512i t = _mm512_set_epi32(
+        0x3f3b3733, 0x2f2b2723, 0x1f1b1713, 0x0f0b0703, 0x3e3a3632, 0x2e2a2622, 0x1e1a1612,
+        0x0e0a0602, 0x3d393531, 0x2d292521, 0x1d191511, 0x0d090501, 0x3c383430, 0x2c282420,
+        0x1c181410, 0x0c080400);
+    tr_dwords(a, z);
+    for (g = 0; g < 4; ++g) b[g] = _mm512_permutexvar_epi8(t, z[g]);
+#else
     /* byte 4k + r of a lane <- byte 4r + k: each lane's 4x4 transposed; the same pattern of
      * dwords (d4) moves dword 4l + k to 4k + l across lanes */
     const __m512i t4 = _mm512_set4_epi32(0x0f0b0703, 0x0e0a0602, 0x0d090501, 0x0c080400);
     const __m512i d4 = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-    __m512i z[4];
-    int g;
     tr_dwords(a, z);
     for (g = 0; g < 4; ++g) b[g] = _mm512_permutexvar_epi32(d4, _mm512_shuffle_epi8(z[g], t4));
+#endif
 }
 
-/* Ring columns j + r, r = step, 2 step, .. < 4, below Wp: bytes r .. r+3 of the eight bytes
- * (lo, hi) of each channel, the quads of columns j and j + 4 */
-static inline void shifted_quads(unsigned char *dst, __m512i lo, __m512i hi, int j, int Wp,
-                                 int step) {
-    if (step == 1 && j + 1 < Wp)
-        _mm512_storeu_si512(dst + (size_t)(j + 1) * 64,
-                            _mm512_or_si512(_mm512_srli_epi32(lo, 8), _mm512_slli_epi32(hi, 24)));
-    if (step <= 2 && j + 2 < Wp)
-        _mm512_storeu_si512(dst + (size_t)(j + 2) * 64,
-                            _mm512_or_si512(_mm512_srli_epi32(lo, 16), _mm512_slli_epi32(hi, 16)));
-    if (step == 1 && j + 3 < Wp)
-        _mm512_storeu_si512(dst + (size_t)(j + 3) * 64,
-                            _mm512_or_si512(_mm512_srli_epi32(lo, 24), _mm512_slli_epi32(hi, 8)));
+/* the four bytes k .. k+3 of the eight bytes (lo, hi) of each lane, k a constant 1..3.
+ * A macro, not a function: VBMI2's shift count must be an immediate even at -O0. */
+#if defined(__AVX512VBMI2__)
+#define ES_DW_FUNNEL(lo, hi, k) _mm512_shrdi_epi32((lo), (hi), 8 * (k))
+#else
+#define ES_DW_FUNNEL(lo, hi, k) \
+    _mm512_or_si512(_mm512_srli_epi32((lo), 8 * (k)), _mm512_slli_epi32((hi), 32 - 8 * (k)))
+#endif
+
+/* Ring columns j .. j+3 that exist (0 <= j < Wp) and that the stride reads (a multiple of
+ * step): the quads at bytes 0, 1, 2, 3 of the eight bytes (lo, hi) of each channel. km:
+ * bit k set when j + k is a multiple of step (the same for every j = lo mod 4 of a row) */
+static inline void four_quads(unsigned char *dst, __m512i lo, __m512i hi, int j, int Wp,
+                              unsigned km) {
+    if (j >= 0 && j + 4 <= Wp) { /* all four exist: the usual case, one test per column */
+        unsigned char *d = dst + (size_t)j * 64;
+        if (km & 1u) _mm512_storeu_si512(d, lo);
+        if (km & 2u) _mm512_storeu_si512(d + 64, ES_DW_FUNNEL(lo, hi, 1));
+        if (km & 4u) _mm512_storeu_si512(d + 128, ES_DW_FUNNEL(lo, hi, 2));
+        if (km & 8u) _mm512_storeu_si512(d + 192, ES_DW_FUNNEL(lo, hi, 3));
+        return;
+    }
+    if ((km & 1u) && j >= 0 && j < Wp) _mm512_storeu_si512(dst + (size_t)j * 64, lo);
+    if ((km & 2u) && j + 1 >= 0 && j + 1 < Wp)
+        _mm512_storeu_si512(dst + (size_t)(j + 1) * 64, ES_DW_FUNNEL(lo, hi, 1));
+    if ((km & 4u) && j + 2 >= 0 && j + 2 < Wp)
+        _mm512_storeu_si512(dst + (size_t)(j + 2) * 64, ES_DW_FUNNEL(lo, hi, 2));
+    if ((km & 8u) && j + 3 >= 0 && j + 3 < Wp)
+        _mm512_storeu_si512(dst + (size_t)(j + 3) * 64, ES_DW_FUNNEL(lo, hi, 3));
 }
 
-/* One padded row into a ring slot when DW = 1: column j is bytes j .. j+3 of the row
- * (+ 128). Columns 4i come from a dword transpose; the others, as far as the stride reads
- * them (j = ow*SW mod 4 is a multiple of gcd(SW, 4) = step), from byte shifts. */
+/* four_quads' km for the columns j = lo mod 4: bit k when lo + k is a multiple of step */
+static inline unsigned stride_quads(int lo, int step) {
+    const int m = step - 1;
+    return (((lo & m) == 0) ? 1u : 0u) | ((((lo + 1) & m) == 0) ? 2u : 0u) |
+           ((((lo + 2) & m) == 0) ? 4u : 0u) | ((((lo + 3) & m) == 0) ? 8u : 0u);
+}
+
+/* z[g] = bytes i .. i+15 of 16 whole channel rows (src + c*cstride) as dwords, z[g] dword c
+ * = bytes 4g .. 4g+3 of channel c: tr_dwords(load_rows(..)) for the common case, in fewer
+ * cross-lane shuffles. Each 128-bit load is broadcast into its lane under a mask (a load
+ * and a blend, no shuffle), channel 4k + m into lane k of b[m]; then z[g] lane k is dword
+ * g of lane k of b[0..3], a 4x4 dword transpose within each lane (unpacks). */
+static inline void load_tr_dwords(__m512i z[4], const int8_t *src, size_t cstride) {
+    const __mmask16 lane[4] = {0x000f, 0x00f0, 0x0f00, 0xf000};
+    __m512i b[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
+                    _mm512_setzero_si512()};
+    __m512i t0, t1, t2, t3;
+    int k, m;
+    for (k = 0; k < 4; ++k) /* one pointer stepping through the channels */
+        for (m = 0; m < 4; ++m, src += cstride)
+            b[m] = _mm512_mask_broadcast_i32x4(b[m], lane[k],
+                                               _mm_loadu_si128((const __m128i *)src));
+    t0 = _mm512_unpacklo_epi32(b[0], b[1]); /* per lane: dwords 0 of b0, b1, 1 of b0, b1 */
+    t1 = _mm512_unpackhi_epi32(b[0], b[1]); /* 2 of b0, b1, 3 of b0, b1 */
+    t2 = _mm512_unpacklo_epi32(b[2], b[3]);
+    t3 = _mm512_unpackhi_epi32(b[2], b[3]);
+    z[0] = _mm512_unpacklo_epi64(t0, t2);
+    z[1] = _mm512_unpackhi_epi64(t0, t2);
+    z[2] = _mm512_unpacklo_epi64(t1, t3);
+    z[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+/* One padded row into a ring slot when DW = 1: column j is bytes j .. j+3 of the padded row
+ * (+ 128), input bytes o .. o+3 with o = j - lo. The input row is transposed in 16-column
+ * chunks into dwords (input bytes 4g .. 4g+3 of the chunk, one dword transpose per chunk,
+ * no padding inside), and every column is a funnel shift of two neighbouring dwords; the
+ * dword before the row and those past it are the padding. Only the columns the stride
+ * reads (j a multiple of step = gcd(SW, 4)) are made. Transposing input rather than padded
+ * columns means a W = 16 row is one transpose, not two with the second nearly empty. */
 ES_DW_NOINLINE static void fill_row_quads(unsigned char *dst, const int8_t *src,
                                           size_t cstride, int nc, int lo, int n, int Wp,
                                           int step, int32_t xzp) {
     const __m128i zp8 = _mm_set1_epi8((char)xzp);
     const __m512i flip = _mm512_set1_epi8((char)0x80);
-    __m512i prev = _mm512_setzero_si512();
-    int j0, g;
-    for (j0 = 0; j0 < Wp; j0 += 16) {
-        __m512i a[4], z[4];
-        load_rows(a, src, cstride, nc, j0, lo, n, zp8);
-        tr_dwords(a, z);
-        for (g = 0; g < 4; ++g) z[g] = _mm512_xor_si512(z[g], flip);
-        if (j0 > 0) shifted_quads(dst, prev, z[0], j0 - 4, Wp, step);
-        for (g = 0; g < 4 && j0 + 4 * g < Wp; ++g) {
-            _mm512_storeu_si512(dst + (size_t)(j0 + 4 * g) * 64, z[g]);
-            if (g < 3) shifted_quads(dst, z[g], z[g + 1], j0 + 4 * g, Wp, step);
+    const __m512i pad = _mm512_xor_si512(_mm512_broadcast_i32x4(zp8), flip);
+    __m512i prev = pad; /* input bytes i0-4 .. i0-1 */
+    const unsigned km = stride_quads(lo, step);
+    int i0, j;
+    for (j = 0; j < lo - 4; j += step) /* a wide left padding: quads of padding only */
+        _mm512_storeu_si512(dst + (size_t)j * 64, pad);
+    for (i0 = 0; lo + i0 - 4 < Wp; i0 += 16) {
+        __m512i z[4] = {pad, pad, pad, pad}; /* z[g]: input bytes i0+4g .. i0+4g+3 */
+        const int jb = lo + i0 - 4;         /* the column that starts at byte i0 - 4 */
+        if (i0 < n) {
+            __m512i a[4];
+            if (nc == 16 && i0 + 16 <= n) {
+                load_tr_dwords(z, src + i0, cstride);
+            } else {
+                load_rows(a, src, cstride, nc, i0, 0, n, zp8);
+                tr_dwords(a, z);
+            }
+            z[0] = _mm512_xor_si512(z[0], flip);
+            z[1] = _mm512_xor_si512(z[1], flip);
+            z[2] = _mm512_xor_si512(z[2], flip);
+            z[3] = _mm512_xor_si512(z[3], flip);
         }
+        /* spelled out, not a loop, so that z stays in registers (GCC 12) */
+        four_quads(dst, prev, z[0], jb, Wp, km);
+        four_quads(dst, z[0], z[1], jb + 4, Wp, km);
+        four_quads(dst, z[1], z[2], jb + 8, Wp, km);
+        four_quads(dst, z[2], z[3], jb + 12, Wp, km);
         prev = z[3];
     }
-    /* past the padded row only zero weights read the bytes: the padding will do */
-    shifted_quads(dst, prev, _mm512_xor_si512(_mm512_broadcast_i32x4(zp8), flip), j0 - 4, Wp,
-                  step);
 }
 
 /* the four bytes k .. k+3 of the eight bytes (lo, hi) of each lane, k = 0..3 */
@@ -231,23 +319,44 @@ static inline __m512i funnel(__m512i lo, __m512i hi, int k) {
 }
 
 /* Narrow rows (W < 16, DH = DW = 1): nb <= 16 / W whole rows are nb*W contiguous bytes of
- * each channel plane, so one dword transpose carries them all. The quad at padded column j
+ * each channel plane, so one dword transpose carries them all (row r + b into the ring slot
+ * after row r + b - 1's, row r's being slot). The quad at padded column j
  * of row b is flat bytes f .. f+3, f = b*W + j - lo, two neighbouring dwords funnel-shifted;
  * bytes outside the row's input columns are replaced by the padding. */
 ES_DW_NOINLINE static void fill_rows_narrow(const dw_scratch *s, const int8_t *src,
                                             size_t cstride, int nc, int nb, int W, int lo,
-                                            int n, int Wp, int r, int step, int32_t xzp) {
+                                            int n, int Wp, int r, int slot, int step,
+                                            int32_t xzp) {
     const __m128i zp8 = _mm_set1_epi8((char)xzp);
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     const __m512i pad = _mm512_xor_si512(_mm512_broadcast_i32x4(zp8), flip);
     __m512i a[4], zz[6]; /* zz[g + 1]: flat bytes 4g .. 4g+3; zz[0], zz[5] padding */
     int g, b, j;
+    if (nc == 16 && nb * W == 16 && n == W && (W & 3) == 0) {
+        /* the usual case (W = 4 or 8, all of each row in the padded row): each row is whole
+         * dwords, so it is fill_row_quads' row with the padding dwords on either side */
+        const unsigned km = stride_quads(lo, step);
+        const int wd = W / 4; /* dwords per row */
+        load_tr_dwords(zz + 1, src, cstride);
+        for (g = 1; g < 5; ++g) zz[g] = _mm512_xor_si512(zz[g], flip);
+        for (b = 0; b < nb; ++b, slot = slot + 1 < s->nr ? slot + 1 : 0) {
+            const __m512i *d = zz + 1 + b * wd;
+            unsigned char *dst = s->ring + (size_t)slot * s->slot;
+            for (j = 0; j < lo - 4; j += step) /* a wide left padding */
+                _mm512_storeu_si512(dst + (size_t)j * 64, pad);
+            for (g = 0; lo - 4 + 4 * g < Wp; ++g) /* the dwords before, in and after the row */
+                four_quads(dst, g > 0 && g <= wd ? d[g - 1] : pad, g < wd ? d[g] : pad,
+                           lo - 4 + 4 * g, Wp, km);
+            s->tag[slot] = r + b;
+        }
+        return;
+    }
     load_rows(a, src, cstride, nc, 0, 0, nb * W, zp8);
     tr_dwords(a, zz + 1);
     for (g = 1; g < 5; ++g) zz[g] = _mm512_xor_si512(zz[g], flip);
     zz[0] = zz[5] = pad;
-    for (b = 0; b < nb; ++b) {
-        const int slot = (r + b) % s->nr, base = b * W - lo + 4; /* f + 4 for j = 0 */
+    for (b = 0; b < nb; ++b, slot = slot + 1 < s->nr ? slot + 1 : 0) {
+        const int base = b * W - lo + 4; /* f + 4 for j = 0 */
         unsigned char *dst = s->ring + (size_t)slot * s->slot;
         for (j = 0; j < Wp; j += step) {
             const int o = j - lo; /* input column of the quad's first byte */
@@ -329,10 +438,13 @@ static void block_weights(const dw_scratch *s, const int8_t *w, int KH, int KW, 
 }
 
 /* requantisation constants of a block of 16 channels (es_rq16, es_simd.h) and the output
- * range, broadcast once per block */
+ * range, broadcast once per block. short_: every shift of the block is <= -2 and nothing
+ * saturates (es_rq16 high, not wide), so rescale_short applies, with rest1 the shift past
+ * the high words (at least 1) and rnd = 2^(rest1 - 1) per lane. */
 typedef struct {
     es_rq16 r;
-    __m512i yzp, qmin, qmax, yzp16, qmin8, qmax8;
+    __m512i yzp, qmin, qmax, yzp16, qmin8, qmax8, rest1, rnd;
+    int short_;
 } dw_rq;
 
 static void block_consts(__m512i *bias, dw_rq *q, const int32_t *b, const int32_t *mult,
@@ -345,6 +457,13 @@ static void block_consts(__m512i *bias, dw_rq *q, const int32_t *b, const int32_
     q->yzp16 = _mm512_set1_epi16((short)p->y_zp);
     q->qmin8 = _mm512_set1_epi8((char)p->qmin);
     q->qmax8 = _mm512_set1_epi8((char)p->qmax);
+    /* the lanes past nc (multiplier 0, so 0 whatever the shift) get a shift of 1 */
+    q->rest1 = _mm512_max_epi32(q->r.rest, _mm512_set1_epi32(1));
+    q->rnd = _mm512_sllv_epi32(_mm512_set1_epi32(1),
+                               _mm512_sub_epi32(q->rest1, _mm512_set1_epi32(1)));
+    q->short_ = q->r.high && !q->r.wide &&
+                _mm512_mask_cmplt_epi32_mask((__mmask16)((1u << nc) - 1u), q->r.rest,
+                                             _mm512_set1_epi32(1)) == 0;
 }
 
 /* es_mul_q of 16 lanes */
@@ -437,6 +556,56 @@ static void row_taps_3(int8_t *o, const unsigned char *const r[3], const __m512i
     }
 }
 
+/* es_mul_q of 16 lanes when every shift is <= -2 and nothing saturates (dw_rq short_).
+ * The total shift is 32 + r with r >= 1, so the rounding half 2^(31 + r) is 2^(r - 1) added
+ * to the high word of the product, which never carries out of the low word: the result is
+ * (high word + 2^(r - 1)) >> r, and the low words are never needed. A two-source dword
+ * permute gathers the high words of the even and odd lanes' 64-bit products. */
+static inline __m512i rescale_short(__m512i acc, __m512i mult, __m512i mult_o, __m512i hi,
+                                    __m512i rnd, __m512i rest) {
+    const __m512i even = _mm512_mul_epi32(acc, mult);
+    const __m512i odd = _mm512_mul_epi32(_mm512_srli_epi64(acc, 32), mult_o);
+    return _mm512_srav_epi32(_mm512_add_epi32(_mm512_permutex2var_epi32(even, hi, odd), rnd),
+                             rest);
+}
+
+/* row_taps_3 for the common requantisation (rescale_short), every constant in a local
+ * variable: with them in a struct GCC 12 keeps reloading them from the stack */
+static void row_taps_3_short(int8_t *o, const unsigned char *const r[3], const __m512i w[3],
+                            __m512i bias, const dw_rq *rq, int OW, int SW) {
+    const __m512i d4 = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    const __m512i hi = _mm512_set_epi32(31, 15, 29, 13, 27, 11, 25, 9, 23, 7, 21, 5, 19, 3, 17, 1);
+    const __m512i mult = rq->r.mult, mult_o = rq->r.mult_o, rest = rq->rest1, rnd = rq->rnd;
+    const __m512i yzp16 = rq->yzp16, qmin8 = rq->qmin8, qmax8 = rq->qmax8;
+    const __m512i w0 = w[0], w1 = w[1], w2 = w[2];
+    const unsigned char *r0 = r[0], *r1 = r[1], *r2 = r[2];
+    const size_t sc = (size_t)SW * 64;
+    int ow;
+    for (ow = 0; ow + 4 <= OW; ow += 4) {
+        const size_t off = (size_t)ow * sc;
+        __m512i a[4], p01, p23, v;
+        a[0] = a[1] = a[2] = a[3] = bias;
+        tap4(a, r0 + off, sc, w0);
+        tap4(a, r1 + off, sc, w1);
+        tap4(a, r2 + off, sc, w2);
+        /* as store4 */
+        p01 = _mm512_packs_epi32(rescale_short(a[0], mult, mult_o, hi, rnd, rest),
+                                 rescale_short(a[1], mult, mult_o, hi, rnd, rest));
+        p23 = _mm512_packs_epi32(rescale_short(a[2], mult, mult_o, hi, rnd, rest),
+                                 rescale_short(a[3], mult, mult_o, hi, rnd, rest));
+        v = _mm512_packs_epi16(_mm512_adds_epi16(p01, yzp16), _mm512_adds_epi16(p23, yzp16));
+        v = _mm512_min_epi8(_mm512_max_epi8(v, qmin8), qmax8);
+        _mm512_storeu_si512(o + (size_t)ow * 16, _mm512_permutexvar_epi32(d4, v));
+    }
+    for (; ow < OW; ++ow) {
+        const size_t off = (size_t)ow * sc;
+        __m512i a = _mm512_dpbusd_epi32(bias, _mm512_loadu_si512(r0 + off), w0);
+        a = _mm512_dpbusd_epi32(a, _mm512_loadu_si512(r1 + off), w1);
+        a = _mm512_dpbusd_epi32(a, _mm512_loadu_si512(r2 + off), w2);
+        store1(o + (size_t)ow * 16, a, rq);
+    }
+}
+
 /* one output row of the block into o, OW columns of 16 bytes; the bias less the
  * unsigned-input correction of the kernel rows that exist */
 ES_DW_NOINLINE static void block_row(int8_t *o, const dw_scratch *s, int nv, __m512i bias,
@@ -454,7 +623,10 @@ ES_DW_NOINLINE static void block_row(int8_t *o, const dw_scratch *s, int nv, __m
             wk[kh] = on ? _mm512_loadu_si512(s->wts + kh * 64) : _mm512_setzero_si512();
             v += on;
         }
-        row_taps_3(o, r, wk, bias, rq, p->OW, p->SW);
+        if (rq->short_)
+            row_taps_3_short(o, r, wk, bias, rq, p->OW, p->SW);
+        else
+            row_taps_3(o, r, wk, bias, rq, p->OW, p->SW);
     } else {
         row_taps(o, s, nv, bias, rq, p->OW, p->SW, p->KW > 1 ? p->DW : 1, (p->KW + 3) / 4);
     }
@@ -471,6 +643,16 @@ static void store_cols(int8_t *y, const int8_t *o, int n, size_t plane, int nc) 
         __m128i r[16];
         for (k = 0; k < 4; ++k) a[k] = _mm512_loadu_si512(o + (size_t)(j0 + 4 * k) * 16);
         tr16x16(a, b);
+        if (m == 16 && nc == 16) { /* the usual case: each extract stores straight to y */
+            int8_t *d = y + j0;
+            for (k = 0; k < 4; ++k, d += 4 * plane) {
+                _mm_storeu_si128((__m128i *)d, _mm512_castsi512_si128(b[k]));
+                _mm_storeu_si128((__m128i *)(d + plane), _mm512_extracti32x4_epi32(b[k], 1));
+                _mm_storeu_si128((__m128i *)(d + 2 * plane), _mm512_extracti32x4_epi32(b[k], 2));
+                _mm_storeu_si128((__m128i *)(d + 3 * plane), _mm512_extracti32x4_epi32(b[k], 3));
+            }
+            continue;
+        }
         for (k = 0; k < 4; ++k) {
             r[4 * k] = _mm512_castsi512_si128(b[k]);
             r[4 * k + 1] = _mm512_extracti32x4_epi32(b[k], 1);
@@ -714,6 +896,7 @@ void es_dwconv2d_i8_hwc(const int8_t *x, const int8_t *w, const int32_t *bias,
     const int lo = PL < Wp ? PL : Wp;
     const int n = (PL + W < Wp ? PL + W : Wp) - lo;
     const dw_scratch s = dw_layout(scratch, p, Wp);
+    const int sh_q = SH / DH, sh_r = SH % DH; /* a stride in slots, and what is left over */
     int cb, oh, kh;
 #if !defined(ES_DW_HWC_VNNI)
     memset(s.ring, 0, (size_t)s.nr * s.slot); /* the padding columns stay 0 */
@@ -745,8 +928,8 @@ void es_dwconv2d_i8_hwc(const int8_t *x, const int8_t *w, const int32_t *bias,
         for (oh = 0; oh < OH; ++oh) {
             int nv = 0;
             if (oh > 0) { /* advanced by SH without dividing */
-                s0 += SH / DH;
-                rem += SH % DH;
+                s0 += sh_q;
+                rem += sh_r;
                 if (rem >= DH) {
                     rem -= DH;
                     ++s0;
@@ -764,7 +947,7 @@ void es_dwconv2d_i8_hwc(const int8_t *x, const int8_t *w, const int32_t *bias,
 #if defined(ES_DW_HWC_VNNI)
                     if (s.batch > 1)
                         fill_rows_narrow(&s, src, cstride, nc, s.batch < H - ih ? s.batch : H - ih,
-                                         W, lo, n, Wp, r, step, p->x_zp);
+                                         W, lo, n, Wp, r, slot, step, p->x_zp);
                     else if (p->DW == 1 || KW == 1)
                         fill_row_quads(dst, src, cstride, nc, lo, n, Wp, step, p->x_zp);
                     else
