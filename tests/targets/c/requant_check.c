@@ -1,6 +1,6 @@
 /* Reads lines "x mult shift" from stdin and prints es_mul_q(x, mult, shift), the AVX2 or
  * NEON form built for this target (for shift <= 0), the AVX-512 form (any shift) and the
- * per-lane form (es_mulq16v_avx512, or es_mulq8v_avx2 for shift <= 0), the
+ * per-lane forms (es_mulq16v_avx512 and es_rq16_apply, or es_mulq8v_avx2 for shift <= 0), the
  * scalar value again where a form is not built, so the test can hold all of them against
  * exactly rounded rational arithmetic. */
 #include <stdio.h>
@@ -35,10 +35,17 @@ static int32_t wide(int32_t x, int32_t mult, int32_t shift) {
  * mult >= 0 like es_mulq8_avx2 */
 static int32_t lanes(int32_t x, int32_t mult, int32_t shift) {
 #if defined(__AVX512F__)
-    int32_t out[16];
+    int32_t out[16], pre[16], mm[16], ss[16], i;
+    es_rq16 rq; /* the precomputed-constants form (es_rq16_setup / es_rq16_apply) too */
+    for (i = 0; i < 16; ++i) {
+        mm[i] = mult;
+        ss[i] = shift;
+    }
+    rq = es_rq16_setup(mm, ss, 16);
     _mm512_storeu_si512(out, es_mulq16v_avx512(_mm512_set1_epi32(x), _mm512_set1_epi32(mult),
                                                _mm512_set1_epi32(shift)));
-    return out[7] == out[12] ? out[7] : INT32_MIN + 1;
+    _mm512_storeu_si512(pre, es_rq16_apply(_mm512_set1_epi32(x), &rq));
+    return out[7] == out[12] && pre[7] == out[7] && pre[12] == out[7] ? out[7] : INT32_MIN + 1;
 #elif defined(__AVX2__)
     int32_t out[8];
     if (shift > 0 || mult < 0) return es_mul_q(x, mult, shift);
