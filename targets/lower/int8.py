@@ -405,7 +405,7 @@ def _dot_weights(w4: np.ndarray) -> np.ndarray:
 
 
 def _cl_weights(w4: np.ndarray) -> np.ndarray:
-    """[M][KH][KW][C4*4] (es_conv2d_i8_dot's packing) -> [M16][KH][KW][C4][16][4]: for each
+    """[M][KH][KW][C4*4] (_dot_operands' weights) -> [M16][KH][KW][C4][16][4]: for each
     block of 16 output channels and each step of the reduction, the 64 bytes one vpdpbusd
     multiplies, channel-major; channels past M are zero."""
     m, kh, kw, c = w4.shape
