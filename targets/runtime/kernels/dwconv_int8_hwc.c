@@ -49,8 +49,8 @@
  * reads. Other dilations go through a byte transpose of the row. Four output columns share
  * each weight vector and are requantised together, packed to int8 by saturating packs;
  * when every shift is <= -2 (the usual case) the rounding needs only the high words of the
- * 64-bit products (rescale_short). The output transpose is 16x16 bytes in four registers:
- * dword permutes, then one byte permute (VBMI), or an in-lane byte shuffle that transposes
+ * 64-bit products (es_mulq16_short, es_simd.h). The output transpose is 16x16 bytes in four
+ * registers: dword permutes, then one byte permute (VBMI), or an in-lane byte shuffle that transposes
  * each 4x4 and a dword permute that puts the rows in place.
  * Portable C (every other target). The ring holds int16 rows of x - x_zp and each tap is a
  * 16-lane multiply-accumulate over 8 output columns that GCC vectorises at -O3. The
@@ -438,13 +438,10 @@ static void block_weights(const dw_scratch *s, const int8_t *w, int KH, int KW, 
 }
 
 /* requantisation constants of a block of 16 channels (es_rq16, es_simd.h) and the output
- * range, broadcast once per block. short_: every shift of the block is <= -2 and nothing
- * saturates (es_rq16 high, not wide), so rescale_short applies, with rest1 the shift past
- * the high words (at least 1) and rnd = 2^(rest1 - 1) per lane. */
+ * range, broadcast once per block */
 typedef struct {
     es_rq16 r;
-    __m512i yzp, qmin, qmax, yzp16, qmin8, qmax8, rest1, rnd;
-    int short_;
+    __m512i yzp, qmin, qmax, yzp16, qmin8, qmax8;
 } dw_rq;
 
 static void block_consts(__m512i *bias, dw_rq *q, const int32_t *b, const int32_t *mult,
@@ -457,13 +454,6 @@ static void block_consts(__m512i *bias, dw_rq *q, const int32_t *b, const int32_
     q->yzp16 = _mm512_set1_epi16((short)p->y_zp);
     q->qmin8 = _mm512_set1_epi8((char)p->qmin);
     q->qmax8 = _mm512_set1_epi8((char)p->qmax);
-    /* the lanes past nc (multiplier 0, so 0 whatever the shift) get a shift of 1 */
-    q->rest1 = _mm512_max_epi32(q->r.rest, _mm512_set1_epi32(1));
-    q->rnd = _mm512_sllv_epi32(_mm512_set1_epi32(1),
-                               _mm512_sub_epi32(q->rest1, _mm512_set1_epi32(1)));
-    q->short_ = q->r.high && !q->r.wide &&
-                _mm512_mask_cmplt_epi32_mask((__mmask16)((1u << nc) - 1u), q->r.rest,
-                                             _mm512_set1_epi32(1)) == 0;
 }
 
 /* es_mul_q of 16 lanes */
@@ -556,26 +546,12 @@ static void row_taps_3(int8_t *o, const unsigned char *const r[3], const __m512i
     }
 }
 
-/* es_mul_q of 16 lanes when every shift is <= -2 and nothing saturates (dw_rq short_).
- * The total shift is 32 + r with r >= 1, so the rounding half 2^(31 + r) is 2^(r - 1) added
- * to the high word of the product, which never carries out of the low word: the result is
- * (high word + 2^(r - 1)) >> r, and the low words are never needed. A two-source dword
- * permute gathers the high words of the even and odd lanes' 64-bit products. */
-static inline __m512i rescale_short(__m512i acc, __m512i mult, __m512i mult_o, __m512i hi,
-                                    __m512i rnd, __m512i rest) {
-    const __m512i even = _mm512_mul_epi32(acc, mult);
-    const __m512i odd = _mm512_mul_epi32(_mm512_srli_epi64(acc, 32), mult_o);
-    return _mm512_srav_epi32(_mm512_add_epi32(_mm512_permutex2var_epi32(even, hi, odd), rnd),
-                             rest);
-}
-
-/* row_taps_3 for the common requantisation (rescale_short), every constant in a local
+/* row_taps_3 for the common requantisation (es_mulq16_short), every constant in a local
  * variable: with them in a struct GCC 12 keeps reloading them from the stack */
 static void row_taps_3_short(int8_t *o, const unsigned char *const r[3], const __m512i w[3],
                             __m512i bias, const dw_rq *rq, int OW, int SW) {
     const __m512i d4 = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-    const __m512i hi = _mm512_set_epi32(31, 15, 29, 13, 27, 11, 25, 9, 23, 7, 21, 5, 19, 3, 17, 1);
-    const __m512i mult = rq->r.mult, mult_o = rq->r.mult_o, rest = rq->rest1, rnd = rq->rnd;
+    const __m512i mult = rq->r.mult, mult_o = rq->r.mult_o, rest = rq->r.rest1, rnd = rq->r.rnd;
     const __m512i yzp16 = rq->yzp16, qmin8 = rq->qmin8, qmax8 = rq->qmax8;
     const __m512i w0 = w[0], w1 = w[1], w2 = w[2];
     const unsigned char *r0 = r[0], *r1 = r[1], *r2 = r[2];
@@ -589,10 +565,10 @@ static void row_taps_3_short(int8_t *o, const unsigned char *const r[3], const _
         tap4(a, r1 + off, sc, w1);
         tap4(a, r2 + off, sc, w2);
         /* as store4 */
-        p01 = _mm512_packs_epi32(rescale_short(a[0], mult, mult_o, hi, rnd, rest),
-                                 rescale_short(a[1], mult, mult_o, hi, rnd, rest));
-        p23 = _mm512_packs_epi32(rescale_short(a[2], mult, mult_o, hi, rnd, rest),
-                                 rescale_short(a[3], mult, mult_o, hi, rnd, rest));
+        p01 = _mm512_packs_epi32(es_mulq16_short(a[0], mult, mult_o, rnd, rest),
+                                 es_mulq16_short(a[1], mult, mult_o, rnd, rest));
+        p23 = _mm512_packs_epi32(es_mulq16_short(a[2], mult, mult_o, rnd, rest),
+                                 es_mulq16_short(a[3], mult, mult_o, rnd, rest));
         v = _mm512_packs_epi16(_mm512_adds_epi16(p01, yzp16), _mm512_adds_epi16(p23, yzp16));
         v = _mm512_min_epi8(_mm512_max_epi8(v, qmin8), qmax8);
         _mm512_storeu_si512(o + (size_t)ow * 16, _mm512_permutexvar_epi32(d4, v));
@@ -623,7 +599,7 @@ ES_DW_NOINLINE static void block_row(int8_t *o, const dw_scratch *s, int nv, __m
             wk[kh] = on ? _mm512_loadu_si512(s->wts + kh * 64) : _mm512_setzero_si512();
             v += on;
         }
-        if (rq->short_)
+        if (rq->r.short_)
             row_taps_3_short(o, r, wk, bias, rq, p->OW, p->SW);
         else
             row_taps_3(o, r, wk, bias, rq, p->OW, p->SW);
