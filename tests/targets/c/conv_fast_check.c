@@ -51,43 +51,33 @@ int main(int argc, char **argv) {
         free(gs);
         if (memcmp(y0, y1, ny)) { printf("gemm differs\n"); return 1; }
     }
-    if (p.group == 1) { /* u8 x s8 dot GEMM: weights [M8][KH][KW][C4][8][4], bias_u8 */
-        const int C4 = (p.C + 3) / 4, ksz = p.KH * p.KW;
-        int8_t *w4 = calloc((size_t)(p.M + 7) / 8 * 8 * ksz * C4 * 4, 1);
+    if (p.group == 1) { /* the VNNI kernels: u8 x s8 dot products, one bias_u8 for both */
+        const int C4 = (p.C + 3) / 4, ksz = p.KH * p.KW, M16 = (p.M + 15) / 16;
+        int8_t *w8 = calloc((size_t)(p.M + 7) / 8 * 8 * ksz * C4 * 4, 1); /* [M8][T][C4][8][4] */
+        int8_t *wc = calloc((size_t)M16 * ksz * C4 * 64, 1);              /* [M16][T][C4][16][4] */
         int32_t *bu = malloc(4 * (size_t)p.M);
-        int32_t *ds = malloc(es_i8_dot_scratch(&p));
+        int32_t *ds = malloc(es_i8_dot_scratch(&p)), *cs = malloc(es_i8_cl_scratch(&p));
         for (i = 0; i < p.M; ++i) bu[i] = b[i];
         for (i = 0; i < (int)nw; ++i) { /* w[m][c][t], t = kh * KW + kw */
             const int m = i / (p.C * ksz), c = (i / ksz) % p.C, t = i % ksz;
-            w4[((((size_t)(m / 8) * ksz + t) * C4 + c / 4) * 8 + m % 8) * 4 + c % 4] = w[i];
-            bu[m] -= (p.x_zp + 128) * (int32_t)w[i];
-        }
-        memset(y1, 0, ny);
-        es_conv2d_i8_dot(x, w4, bu, mu, sh, ds, y1, &p);
-        free(w4);
-        free(bu);
-        free(ds);
-        if (memcmp(y0, y1, ny)) { printf("dot differs\n"); return 1; }
-        printf("dot_scratch %lu\n", (unsigned long)es_i8_dot_scratch(&p)); /* for lower/int8.py */
-    }
-    if (p.group == 1) { /* channels in lanes: weights [M16][KH][KW][C4][16][4], same bias */
-        const int C4 = (p.C + 3) / 4, ksz = p.KH * p.KW, M16 = (p.M + 15) / 16;
-        int8_t *wc = calloc((size_t)M16 * ksz * C4 * 64, 1);
-        int32_t *bu = malloc(4 * (size_t)p.M);
-        int32_t *cs = malloc(es_i8_cl_scratch(&p));
-        for (i = 0; i < p.M; ++i) bu[i] = b[i];
-        for (i = 0; i < (int)nw; ++i) {
-            const int m = i / (p.C * ksz), c = (i / ksz) % p.C, t = i % ksz;
+            w8[((((size_t)(m / 8) * ksz + t) * C4 + c / 4) * 8 + m % 8) * 4 + c % 4] = w[i];
             wc[((((size_t)(m / 16) * ksz + t) * C4 + c / 4) * 16 + m % 16) * 4 + c % 4] = w[i];
             bu[m] -= (p.x_zp + 128) * (int32_t)w[i];
         }
         memset(y1, 0, ny);
+        es_conv2d_i8_dot(x, w8, bu, mu, sh, ds, y1, &p);
+        if (memcmp(y0, y1, ny)) { printf("dot differs\n"); return 1; }
+        memset(y1, 0, ny);
         es_conv2d_i8_cl(x, wc, bu, mu, sh, cs, y1, &p);
+        if (memcmp(y0, y1, ny)) { printf("cl differs\n"); return 1; }
+        /* for lower/int8.py's mirrors */
+        printf("dot_scratch %lu\n", (unsigned long)es_i8_dot_scratch(&p));
+        printf("cl_scratch %lu\n", (unsigned long)es_i8_cl_scratch(&p));
+        free(w8);
         free(wc);
         free(bu);
+        free(ds);
         free(cs);
-        if (memcmp(y0, y1, ny)) { printf("cl differs\n"); return 1; }
-        printf("cl_scratch %lu\n", (unsigned long)es_i8_cl_scratch(&p));
     }
     if (pw) {
         memset(y1, 0, ny);
