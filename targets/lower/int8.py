@@ -332,10 +332,10 @@ def conv_i8(L: Lowerer, node) -> bool:
             # the same products with output channels in the lanes (small planes): weights
             # [M16][KH][KW][C4][16][4]; scratch: the padded input as HWC uint8 quads
             fn, scratch = "es_conv2d_i8_cl", cl_i8_scratch(params)
-            wt = L.const_tensor(node.name + "_wc", _cl_weights(dot[0]), "i8")
+            wt = L.const_tensor(node.name + "_wc", _blocked_weights(dot[0], 16), "i8")
         else:
             fn, scratch = "es_conv2d_i8_dot", dot_i8_scratch(params)
-            wt = L.const_tensor(node.name + "_w8", _dot_weights(dot[0]), "i8")
+            wt = L.const_tensor(node.name + "_w8", _blocked_weights(dot[0], 8), "i8")
         bias = dot[1]
     elif group == 1:
         # im2col tiles + a 4x16 register-blocked GEMM; weights packed as int16 pairs over
@@ -366,7 +366,7 @@ def conv_i8(L: Lowerer, node) -> bool:
 
 def _dot_operands(w: np.ndarray, bias: np.ndarray, x_zp: int):
     """(weights [M][KH][KW][C4*4] int8, bias_u8) for the VNNI kernels (their packings
-    start from these weights: _dot_weights, _cl_weights), or None when the
+    start from these weights: _blocked_weights), or None when the
     folded bias bias - (x_zp + 128) * sum w or the u8 x s8 sums could leave int32."""
     m, c, kh, kw = w.shape
     c4 = (c + 3) // 4
@@ -393,27 +393,18 @@ def use_cl(p: dict) -> bool:
     return 3 * m32 <= 4 * p["M"] and (p["KH"] * p["KW"] > 1 or p["OH"] * p["OW"] <= 16)
 
 
-def _dot_weights(w4: np.ndarray) -> np.ndarray:
-    """[M][KH][KW][C4*4] -> [M8][KH][KW][C4][8][4] for es_conv2d_i8_dot: the 8 output
-    channels of one micro-kernel call side by side, so each step of the reduction reads 32
-    contiguous bytes from one pointer; channels past M are zero."""
+def _blocked_weights(w4: np.ndarray, block: int) -> np.ndarray:
+    """[M][KH][KW][C4*4] (_dot_operands' weights) -> [M/block][KH][KW][C4][block][4]: the
+    output channels one micro-kernel step multiplies side by side, so each step of the
+    reduction reads block * 4 contiguous bytes; channels past M are zero. block 8 is
+    es_conv2d_i8_dot's packing (8 rows per call, one pointer instead of 8), block 16
+    es_conv2d_i8_cl's (the 64 bytes one vpdpbusd multiplies, 16 channels in the lanes)."""
     m, kh, kw, c = w4.shape
-    m8 = -(-m // 8)
-    wp = np.zeros((m8 * 8, kh, kw, c), np.int8)
-    wp[:m] = w4
-    return np.ascontiguousarray(wp.reshape(m8, 8, kh, kw, c // 4, 4).transpose(0, 2, 3, 4, 1, 5))
-
-
-def _cl_weights(w4: np.ndarray) -> np.ndarray:
-    """[M][KH][KW][C4*4] (_dot_operands' weights) -> [M16][KH][KW][C4][16][4]: for each
-    block of 16 output channels and each step of the reduction, the 64 bytes one vpdpbusd
-    multiplies, channel-major; channels past M are zero."""
-    m, kh, kw, c = w4.shape
-    m16 = -(-m // 16)
-    wp = np.zeros((m16 * 16, kh, kw, c), np.int8)
+    mb = -(-m // block)
+    wp = np.zeros((mb * block, kh, kw, c), np.int8)
     wp[:m] = w4
     return np.ascontiguousarray(
-        wp.reshape(m16, 16, kh, kw, c // 4, 4).transpose(0, 2, 3, 4, 1, 5))
+        wp.reshape(mb, block, kh, kw, c // 4, 4).transpose(0, 2, 3, 4, 1, 5))
 
 
 def cl_i8_scratch(p: dict) -> int:
