@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -85,6 +86,7 @@ typedef struct {
     int32_t C, H, W, M, OH, OW, KH, KW, SH, SW, PT, PL, DH, DW, group, act;
     float a0, a1;                      /* activation bounds/slope */
     int32_t x_zp, y_zp, qmin, qmax;    /* int8 only */
+    int32_t rq;                        /* int8 only: ES_RQ_FIXED or ES_RQ_FP32 */
 } es_conv_params;
 
 typedef struct {
@@ -129,9 +131,11 @@ typedef struct {
     float value;
 } es_pad_params;
 
-typedef struct { /* TFLite-style int8 add/sub */
+typedef struct { /* int8 add/sub: TFLite's integer form, or (rq ES_RQ_FP32) float */
     int32_t a_zp, b_zp, y_zp, left_shift;
     int32_t a_mult, a_shift, b_mult, b_shift, y_mult, y_shift, qmin, qmax, sub;
+    int32_t rq;
+    float a_scale, b_scale, y_scale; /* ES_RQ_FP32 */
 } es_qadd_params;
 
 typedef struct { /* es_add_i8_bcast: the add/sub parameters and the merged broadcast */
@@ -305,7 +309,7 @@ void es_dwconv2d_i8_hwc(const int8_t *x, const int8_t *w, const int32_t *bias,
                         const es_conv_params *p);
 void es_fc_i8(const int8_t *x, const int8_t *w, const int32_t *bias, const int32_t *mult,
               const int32_t *shift, int8_t *y, int M, int N, int K, int x_zp, int y_zp,
-              int qmin, int qmax);
+              int qmin, int qmax, int32_t rq);
 void es_add_i8(const int8_t *a, const int8_t *b, int8_t *y, int n, const es_qadd_params *p);
 /* the plain per-element loop es_add_i8's SIMD paths are tested against */
 void es_add_i8_ref(const int8_t *a, const int8_t *b, int8_t *y, int n,
@@ -328,7 +332,7 @@ void es_requant_i8(const int8_t *x, int8_t *y, int n, int x_zp, int y_zp, int32_
 void es_maxpool2d_i8(const int8_t *x, int8_t *y, const es_pool_params *p);
 void es_avgpool2d_i8(const int8_t *x, int8_t *y, const es_pool_params *p);
 void es_global_avgpool_i8(const int8_t *x, int8_t *y, int C, int HW, int x_zp, int y_zp,
-                          int32_t mult, int32_t shift);
+                          int32_t mult, int32_t shift, int32_t rq);
 
 /* ---- fixed-point requantisation --------------------------------------------------------- */
 /* x * real_multiplier, the multiplier given as (mult in Q31, shift): real = mult * 2^(shift-31).
@@ -349,6 +353,55 @@ static inline int32_t es_mul_q(int32_t x, int32_t mult, int32_t shift) {
 
 static inline int8_t es_sat8(int32_t v, int32_t lo, int32_t hi) {
     return (int8_t)(v < lo ? lo : (v > hi ? hi : v));
+}
+
+/* ---- fp32 requantisation ------------------------------------------------------------------ */
+/* Two ways to turn an int32 sum into int8, chosen per kernel call:
+ *   ES_RQ_FIXED  integer only, es_mul_q above (TFLite's reference kernels); for cores
+ *                without an FPU.
+ *   ES_RQ_FP32   one float32 multiply by the scale x_scale * w_scale / y_scale (computed in
+ *                float32, in that order), rounded half to even: the arithmetic of XNNPACK's
+ *                int8 kernels and of onnxruntime's QLinearConv, so outputs match those
+ *                runtimes exactly where the fixed-point form lands a tie 1 LSB away. It is
+ *                also cheaper on wide SIMD: a float multiply where the fixed-point form
+ *                needs two 64-bit integer multiplies per vector, which share a port with
+ *                the dot-product instructions of the convolutions.
+ * Both read the same (mult, shift) tables: real = mult * 2^(shift - 31). For ES_RQ_FP32 the
+ * generator keeps only a float32's 24-bit significand in mult (the low 7 bits zero), so the
+ * pair is that float exactly and es_rq_scale rebuilds its bits. */
+#define ES_RQ_FIXED 0
+#define ES_RQ_FP32 1
+
+/* the float32 mult * 2^(shift - 31), for mult = significand * 2^31 with the significand in
+ * [1/2, 1) and 24 bits, and shift + 126 in [1, 254] (lower.int8.fp32_multiplier) */
+static inline float es_rq_scale(int32_t mult, int32_t shift) {
+    const uint32_t bits = ((uint32_t)(shift + 126) << 23) | (((uint32_t)mult >> 7) & 0x7fffffu);
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* v rounded half to even, for |v| < 2^22: adding 1.5 * 2^23 leaves no fraction bits, so
+ * the float adder rounds in the default mode (nearest, ties to even), as cvtps2dq does.
+ * Needs float arithmetic in float (FLT_EVAL_METHOD 0: SSE, NEON, VFP), and no -ffast-math. */
+static inline int32_t es_round_even(float v) {
+    const float magic = 12582912.0f;
+    return (int32_t)((v + magic) - magic);
+}
+
+/* one int32 sum as int8: y_zp + the sum rescaled by (mult, shift), clamped to [qmin, qmax].
+ * In fp32 the clamp comes before the rounding, in float, as in XNNPACK and onnxruntime:
+ * bounds are integers, so that is the same as clamping after, and it keeps the value in
+ * es_round_even's range. */
+static inline int8_t es_requant(int32_t acc, int32_t mult, int32_t shift, int32_t rq,
+                                int32_t y_zp, int32_t qmin, int32_t qmax) {
+    if (rq == ES_RQ_FP32) {
+        const float lo = (float)(qmin - y_zp), hi = (float)(qmax - y_zp);
+        float v = (float)acc * es_rq_scale(mult, shift);
+        v = v < lo ? lo : (v > hi ? hi : v);
+        return (int8_t)(es_round_even(v) + y_zp);
+    }
+    return es_sat8(es_mul_q(acc, mult, shift) + y_zp, qmin, qmax);
 }
 
 #ifdef __cplusplus

@@ -93,17 +93,38 @@ static inline __m512i es_mulq16v_avx512(__m512i x, __m512i mult, __m512i shift) 
  * in the low halves of the 64-bit lanes (_e), the odd lanes' moved there (_o). */
 typedef struct {
     __m512i mult, shift, mult_o, half_e, half_o, tot_e, tot_o, rest, rest1, rnd;
-    int wide, high, short_;
+    __m512 scale, lo, hi; /* ES_RQ_FP32 (fp32): es_rqf16_avx512's constants */
+    int wide, high, short_, fp32;
 } es_rq16;
 
-/* constants for channels [0, n) of mult / shift (n <= 16; lanes past n: mult 0, shift -1) */
-static inline es_rq16 es_rq16_setup(const int32_t *mult, const int32_t *shift, int n) {
+/* ES_RQ_FP32 on 16 lanes: acc * scale clamped to [lo, hi] (qmin - y_zp, qmax - y_zp),
+ * rounded half to even by vcvtps2dq in the default rounding mode; es_requant's arithmetic */
+static inline __m512i es_rqf16_avx512(__m512i acc, __m512 scale, __m512 lo, __m512 hi) {
+    const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), scale);
+    return _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(v, lo), hi));
+}
+
+/* es_rq_scale of 16 lanes */
+static inline __m512 es_rq_scale16(__m512i mult, __m512i shift) {
+    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(shift, _mm512_set1_epi32(126)), 23);
+    const __m512i f = _mm512_and_si512(_mm512_srli_epi32(mult, 7), _mm512_set1_epi32(0x7fffff));
+    return _mm512_castsi512_ps(_mm512_or_si512(e, f));
+}
+
+/* constants for channels [0, n) of mult / shift (n <= 16; lanes past n: mult 0, shift -1),
+ * requantised as rq says into [qmin, qmax] around y_zp */
+static inline es_rq16 es_rq16_setup(const int32_t *mult, const int32_t *shift, int n,
+                                    int32_t rq, int32_t y_zp, int32_t qmin, int32_t qmax) {
     const __mmask16 cm = (__mmask16)(n >= 16 ? 0xffffu : (1u << n) - 1u);
     const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi64(1);
     __m512i total;
     es_rq16 q;
     q.mult = _mm512_maskz_loadu_epi32(cm, mult);
     q.shift = _mm512_mask_loadu_epi32(_mm512_set1_epi32(-1), cm, shift);
+    q.fp32 = rq == ES_RQ_FP32;
+    q.scale = es_rq_scale16(q.mult, q.shift);
+    q.lo = _mm512_set1_ps((float)(qmin - y_zp));
+    q.hi = _mm512_set1_ps((float)(qmax - y_zp));
     total = _mm512_sub_epi32(_mm512_set1_epi32(31), q.shift);
     q.mult_o = _mm512_srli_epi64(q.mult, 32);
     q.tot_e = _mm512_and_si512(total, _mm512_set1_epi64(0xffffffffLL));
@@ -117,7 +138,7 @@ static inline es_rq16 es_rq16_setup(const int32_t *mult, const int32_t *shift, i
     /* lanes past n (multiplier 0: 0 whatever the shift) take a rest of 1 */
     q.rest1 = _mm512_max_epi32(q.rest, _mm512_set1_epi32(1));
     q.rnd = _mm512_sllv_epi32(_mm512_set1_epi32(1), _mm512_sub_epi32(q.rest1, _mm512_set1_epi32(1)));
-    q.short_ = q.high && !q.wide &&
+    q.short_ = !q.fp32 && q.high && !q.wide &&
                _mm512_mask_cmplt_epi32_mask(cm, q.rest, _mm512_set1_epi32(1)) == 0;
     return q;
 }
@@ -125,6 +146,7 @@ static inline es_rq16 es_rq16_setup(const int32_t *mult, const int32_t *shift, i
 /* es_mul_q of 16 lanes, lane j with channel j's multiplier and shift */
 static inline __m512i es_rq16_apply(__m512i acc, const es_rq16 *q) {
     __m512i even, odd;
+    if (q->fp32) return es_rqf16_avx512(acc, q->scale, q->lo, q->hi);
     if (q->wide) return es_mulq16v_avx512(acc, q->mult, q->shift);
     if (q->short_) return es_mulq16_short(acc, q->mult, q->mult_o, q->rnd, q->rest1);
     even = _mm512_add_epi64(_mm512_mul_epi32(acc, q->mult), q->half_e);
@@ -135,17 +157,27 @@ static inline __m512i es_rq16_apply(__m512i acc, const es_rq16 *q) {
 }
 
 #if defined(__AVX512BW__) && defined(__AVX512VL__)
-/* y[j] = sat8(es_mul_q(acc[j], mult, shift) + y_zp) clamped to [qmin, qmax], j < n <= 16:
- * the store of 16 int32 accumulators as int8, shared by the int8 conv kernels */
+/* y[j] = es_requant(acc[j], mult, shift, rq, y_zp, qmin, qmax), j < n <= 16: the store of
+ * 16 int32 accumulators as int8, shared by the int8 conv kernels */
 static inline void es_requant16_avx512(__m512i acc, int8_t *y, int n, int32_t mult,
-                                       int32_t shift, int32_t y_zp, int32_t qmin,
+                                       int32_t shift, int32_t rq, int32_t y_zp, int32_t qmin,
                                        int32_t qmax) {
-    /* a saturating narrow to int8 first: [qmin, qmax] lies inside [-128, 127], so clamping
-     * the bytes afterwards is the same as clamping the int32s, in a quarter of the width */
-    const __m512i v = _mm512_add_epi32(es_mulq16_avx512(acc, mult, shift),
-                                       _mm512_set1_epi32(y_zp));
-    __m128i b = _mm512_cvtsepi32_epi8(v);
-    b = _mm_min_epi8(_mm_max_epi8(b, _mm_set1_epi8((char)qmin)), _mm_set1_epi8((char)qmax));
+    __m128i b;
+    if (rq == ES_RQ_FP32) { /* already inside [qmin, qmax] once y_zp is back */
+        const __m512i v = es_rqf16_avx512(acc, _mm512_set1_ps(es_rq_scale(mult, shift)),
+                                          _mm512_set1_ps((float)(qmin - y_zp)),
+                                          _mm512_set1_ps((float)(qmax - y_zp)));
+        b = _mm512_cvtepi32_epi8(_mm512_add_epi32(v, _mm512_set1_epi32(y_zp)));
+    } else {
+        /* a saturating narrow to int8 first: [qmin, qmax] lies inside [-128, 127], so
+         * clamping the bytes afterwards is the same as clamping the int32s, in a quarter of
+         * the width */
+        const __m512i v = _mm512_add_epi32(es_mulq16_avx512(acc, mult, shift),
+                                           _mm512_set1_epi32(y_zp));
+        b = _mm512_cvtsepi32_epi8(v);
+        b = _mm_min_epi8(_mm_max_epi8(b, _mm_set1_epi8((char)qmin)),
+                         _mm_set1_epi8((char)qmax));
+    }
     if (n == 16)
         _mm_storeu_si128((__m128i *)y, b);
     else
@@ -156,6 +188,12 @@ static inline void es_requant16_avx512(__m512i acc, int8_t *y, int n, int32_t mu
 
 #if defined(__AVX2__)
 #include <immintrin.h>
+/* ES_RQ_FP32 on 8 lanes, as es_rqf16_avx512 */
+static inline __m256i es_rqf8_avx2(__m256i acc, __m256 scale, __m256 lo, __m256 hi) {
+    const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), scale);
+    return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi));
+}
+
 /* es_mul_q on 8 lanes for shift <= 0, bit-identical to the scalar: 64-bit products of the
  * even and odd lanes plus the rounding half, then the whole shift (31 - shift >= 31). For a
  * shift of 32 or more the high word of each product already holds the result shifted by

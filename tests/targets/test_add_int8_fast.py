@@ -42,3 +42,44 @@ def test_fast_int8_add_is_bit_identical_to_reference(name, cc, flags, wrapper, t
         p = subprocess.run([*wrapper, str(b), *map(str, args)], capture_output=True, text=True,
                            timeout=60)
         assert p.returncode == 0, f"{name} {args}: {p.stdout}{p.stderr}"
+
+
+def _f32_cases(n: int, seed: int = 1):
+    """The fixed-point cases' geometry with float32 scales (ES_RQ_FP32)."""
+    rng = np.random.default_rng(seed)
+    for args in _cases(n, seed):
+        yield [*args, *(repr(float(np.float32(s))) for s in np.exp(rng.uniform(-6, 0, size=3)))]
+
+
+@pytest.mark.parametrize(("name", "cc", "flags", "wrapper"), FLAVOURS)
+def test_fp32_int8_add_is_bit_identical_to_reference(name, cc, flags, wrapper, tmp_path):
+    b = tmp_path / f"add_f32_{name}"
+    subprocess.run([cc, *flags, "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{RT}",
+                    str(CHECK), str(RT / "kernels/add_int8.c"), "-o", str(b)], check=True)
+    for args in _f32_cases(20 if wrapper else 60):
+        p = subprocess.run([*wrapper, str(b), *map(str, args)], capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 0, f"{name} {args}: {p.stdout}{p.stderr}"
+
+
+def test_fp32_int8_add_is_onnxruntimes_float_arithmetic(tmp_path):
+    """ES_RQ_FP32's reference is onnxruntime's DequantizeLinear -> Add -> QuantizeLinear
+    in float32, step for step: (a - a_zp) * s_a + (b - b_zp) * s_b, divided by s_y, rounded
+    half to even, + y_zp, saturated; the same numbers run through numpy's float32."""
+    b = tmp_path / "add_f32_dump"
+    subprocess.run(["cc", "-O2", "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{RT}",
+                    str(CHECK), str(RT / "kernels/add_int8.c"), "-o", str(b)], check=True)
+    f32 = np.float32
+    n_checked = 0
+    for args in _f32_cases(40, seed=5):
+        p = subprocess.run([str(b), *map(str, args), "dump"], capture_output=True, text=True,
+                           timeout=60, check=True)
+        a, bb, y = np.array([list(map(int, ln.split())) for ln in p.stdout.splitlines()]).T
+        a_zp, b_zp, y_zp, qmin, qmax, sub = *args[2:5], args[12], args[13], args[14]
+        sa, sb, sy = (f32(float(s)) for s in args[15:18])
+        fa, fb = (a - a_zp).astype(f32) * sa, (bb - b_zp).astype(f32) * sb
+        v = (fa - fb if sub else fa + fb) / sy
+        want = np.clip(np.rint(v) + y_zp, qmin, qmax)
+        assert (want == y).all(), (args, np.flatnonzero(want != y)[:5])
+        n_checked += y.size
+    assert n_checked > 10000

@@ -186,3 +186,45 @@ def test_requantization_rounds_once_to_the_exact_value(name, cc, flags, wrapper,
         assert vec == scalar, (name, x, m, s, vec, scalar)
         assert wide == scalar, (name, "avx512", x, m, s, wide, scalar)
         assert lanes == scalar, (name, "per-lane", x, m, s, lanes, scalar)
+
+
+@pytest.mark.parametrize(("name", "cc", "flags", "wrapper"), FLAVOURS)
+def test_fp32_requantization_is_float32_multiply_rounded_half_to_even(name, cc, flags, wrapper,
+                                                                       tmp_path):
+    """ES_RQ_FP32 (es_requant and its SIMD forms) is onnxruntime's and XNNPACK's arithmetic:
+    float32(acc) * scale in float32, clamped to [qmin - y_zp, qmax - y_zp], rounded half to
+    even, + y_zp; the scale is the float32 the generator wrote as (mult, shift), exactly."""
+    from edgesmith.targets.lower.int8 import fp32_multiplier
+
+    b = tmp_path / f"rqf_{name}"
+    subprocess.run([cc, *flags, "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{RT}",
+                    str(HARNESS / "requant_f32_check.c"), "-o", str(b)], check=True)
+    rng = np.random.default_rng(11)
+    f32 = np.float32
+    scales = [f32(s) for s in np.exp(rng.uniform(np.log(1e-9), np.log(300.0), size=300))]
+    scales += [f32(0.0), f32(0.5), f32(2.0**-126), f32(1.0)]
+    rows = []
+    for s in scales:
+        m, sh = fp32_multiplier(s)
+        assert m * 2.0 ** (sh - 31) == float(s)  # the pair is the float32, exactly
+        zp = int(rng.integers(-128, 128))
+        lo, hi = (-128, 127) if rng.integers(2) else (zp, min(127, zp + 100))
+        target = rng.integers(-400, 400, size=12) / max(float(s), 1e-30)
+        accs = np.clip(np.concatenate([target, rng.integers(-2**31, 2**31, size=4)]),
+                       -2**31, 2**31 - 1).astype(np.int64)
+        # exact ties k + 1/2 where the scale allows: acc = (2k + 1) / (2 * scale)
+        if s > 0 and float(s) >= 2.0**-20:
+            k = rng.integers(-100, 100, size=4)
+            tie = (2 * k + 1) / (2 * float(s))
+            accs = np.concatenate([accs, tie[tie == np.round(tie)].astype(np.int64)])
+        rows += [(int(a), m, sh, zp, lo, hi) for a in accs]
+    p = subprocess.run([*wrapper, str(b)], input="".join(" ".join(map(str, r)) + "\n"
+                                                         for r in rows),
+                       capture_output=True, text=True, timeout=120, check=True)
+    got = [tuple(map(int, ln.split())) for ln in p.stdout.splitlines()]
+    assert len(got) == len(rows)
+    for (acc, m, sh, zp, lo, hi), (scalar, store, lanes) in zip(rows, got, strict=True):
+        v = f32(acc) * f32(m * 2.0 ** (sh - 31))
+        want = int(np.clip(np.rint(np.clip(v, f32(lo - zp), f32(hi - zp))) + zp, lo, hi))
+        assert scalar == want, (name, acc, m, sh, zp, scalar, want)
+        assert store == want and lanes == want, (name, acc, m, sh, store, lanes, want)

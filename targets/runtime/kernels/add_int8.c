@@ -28,9 +28,24 @@ static inline int8_t to_output(int32_t sum, const es_qadd_params *p) {
     return es_sat8(es_mul_q(sum, p->y_mult, p->y_shift) + p->y_zp, p->qmin, p->qmax);
 }
 
+/* ES_RQ_FP32: onnxruntime's DequantizeLinear -> Add -> QuantizeLinear step by step, each
+ * product in its own statement so that no compiler fuses it into the sum (an FMA would
+ * round once where onnxruntime rounds twice) */
+static inline int8_t add1_f32(int8_t a, int8_t b, const es_qadd_params *p) {
+    const float lo = (float)(p->qmin - p->y_zp), hi = (float)(p->qmax - p->y_zp);
+    const float fa = (float)((int32_t)a - p->a_zp) * p->a_scale;
+    const float fb = (float)((int32_t)b - p->b_zp) * p->b_scale;
+    float v = p->sub ? fa - fb : fa + fb;
+    v /= p->y_scale;
+    v = v < lo ? lo : (v > hi ? hi : v);
+    return (int8_t)(es_round_even(v) + p->y_zp);
+}
+
 static inline int8_t add1(int8_t a, int8_t b, const es_qadd_params *p) {
-    const int32_t sa = rescaled(a, p->a_zp, p->left_shift, p->a_mult, p->a_shift);
-    const int32_t sb = rescaled(b, p->b_zp, p->left_shift, p->b_mult, p->b_shift);
+    int32_t sa, sb;
+    if (p->rq == ES_RQ_FP32) return add1_f32(a, b, p);
+    sa = rescaled(a, p->a_zp, p->left_shift, p->a_mult, p->a_shift);
+    sb = rescaled(b, p->b_zp, p->left_shift, p->b_mult, p->b_shift);
     return to_output(p->sub ? sa - sb : sa + sb, p);
 }
 
@@ -67,7 +82,8 @@ static int add_simd(const int8_t *a, const int8_t *b, int8_t *y, int n,
         const __m512i bv = rescaled16(_mm_loadu_si128((const __m128i *)(b + i)), p->b_zp,
                                       p->left_shift, p->b_mult, p->b_shift);
         es_requant16_avx512(p->sub ? _mm512_sub_epi32(av, bv) : _mm512_add_epi32(av, bv),
-                            y + i, 16, p->y_mult, p->y_shift, p->y_zp, p->qmin, p->qmax);
+                            y + i, 16, p->y_mult, p->y_shift, ES_RQ_FIXED, p->y_zp, p->qmin,
+                            p->qmax);
     }
     return i;
 }
@@ -82,7 +98,8 @@ static int run_vs_one_simd(const int8_t *x, int32_t x_zp, int32_t x_mult, int32_
         const __m512i xv = rescaled16(_mm_loadu_si128((const __m128i *)(x + i)), x_zp,
                                       p->left_shift, x_mult, x_shift);
         es_requant16_avx512(k_minus_x ? _mm512_sub_epi32(kv, xv) : _mm512_add_epi32(xv, kv),
-                            y + i, 16, p->y_mult, p->y_shift, p->y_zp, p->qmin, p->qmax);
+                            y + i, 16, p->y_mult, p->y_shift, ES_RQ_FIXED, p->y_zp, p->qmin,
+                            p->qmax);
     }
     return i;
 }
@@ -220,11 +237,43 @@ static int run_vs_one_simd(const int8_t *x, int32_t x_zp, int32_t x_mult, int32_
 }
 #endif
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define ES_ADD_F32_SIMD 1
+/* add1_f32 on 16 lanes; _mm512_div_ps is IEEE division and cvtps2dq rounds half to even,
+ * so the bytes are add1_f32's */
+static __m512 dequant16(const int8_t *x, int32_t zp, float scale) {
+    const __m512i v = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(v, _mm512_set1_epi32(zp))),
+                         _mm512_set1_ps(scale));
+}
+
+static int add_f32_simd(const int8_t *a, const int8_t *b, int8_t *y, int n,
+                        const es_qadd_params *p) {
+    const __m512 ys = _mm512_set1_ps(p->y_scale);
+    const __m512 lo = _mm512_set1_ps((float)(p->qmin - p->y_zp));
+    const __m512 hi = _mm512_set1_ps((float)(p->qmax - p->y_zp));
+    const __m512i yzp = _mm512_set1_epi32(p->y_zp);
+    int i;
+    for (i = 0; i + 16 <= n; i += 16) {
+        const __m512 fa = dequant16(a + i, p->a_zp, p->a_scale);
+        const __m512 fb = dequant16(b + i, p->b_zp, p->b_scale);
+        __m512 v = _mm512_div_ps(p->sub ? _mm512_sub_ps(fa, fb) : _mm512_add_ps(fa, fb), ys);
+        v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+        _mm_storeu_si128((__m128i *)(y + i),
+                         _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(v), yzp)));
+    }
+    return i;
+}
+#endif
+
 void es_add_i8(const int8_t *a, const int8_t *b, int8_t *y, int n, const es_qadd_params *p) {
     const es_qadd_params q = *p; /* a local copy: stores to y (int8) cannot alias it */
     int i = 0;
+#if defined(ES_ADD_F32_SIMD)
+    if (q.rq == ES_RQ_FP32) i = add_f32_simd(a, b, y, n, &q);
+#endif
 #if defined(__AVX2__) || defined(__ARM_NEON)
-    if (simd_ok(&q)) i = add_simd(a, b, y, n, &q);
+    if (q.rq != ES_RQ_FP32 && simd_ok(&q)) i = add_simd(a, b, y, n, &q);
 #endif
     for (; i < n; ++i) y[i] = add1(a[i], b[i], &q);
 }
@@ -243,6 +292,10 @@ static void add_i8_run_vs_one(const int8_t *x, int x_is_b, int8_t k, int8_t *y, 
     const int k_minus_x = q.sub && x_is_b;
     const int32_t kv = q.sub && !x_is_b ? -k_rescaled : k_rescaled;
     int i = 0;
+    if (q.rq == ES_RQ_FP32) { /* per element, in the reference's operand order */
+        for (; i < n; ++i) y[i] = x_is_b ? add1_f32(k, x[i], &q) : add1_f32(x[i], k, &q);
+        return;
+    }
 #if defined(__AVX2__) || defined(__ARM_NEON)
     if (simd_ok(&q))
         i = run_vs_one_simd(x, x_zp, x_mult, x_shift, kv, k_minus_x, y, n, &q);

@@ -49,6 +49,6 @@ void es_conv2d_i8(const int8_t *x, const int8_t *w, const int32_t *bias, const i
             }
         }
         for (i = 0; i < plane; ++i)
-            ym[i] = es_sat8(es_mul_q(acc[i], mult[m], shift[m]) + p->y_zp, p->qmin, p->qmax);
+            ym[i] = es_requant(acc[i], mult[m], shift[m], p->rq, p->y_zp, p->qmin, p->qmax);
     }
 }

@@ -133,10 +133,14 @@ typedef struct {
 
 #if defined(ES_CL_VNNI)
 /* the requantisation constants of the tile's block pair */
-static void pair_consts(cl_tile *tl, const int32_t *mult, const int32_t *shift) {
+static void pair_consts(cl_tile *tl, const int32_t *mult, const int32_t *shift,
+                        const es_conv_params *p) {
     const int m1 = tl->m0 + NC;
-    tl->rq[0] = es_rq16_setup(mult + tl->m0, shift + tl->m0, tl->nm < NC ? tl->nm : NC);
-    if (tl->nm > NC) tl->rq[1] = es_rq16_setup(mult + m1, shift + m1, tl->nm - NC);
+    tl->rq[0] = es_rq16_setup(mult + tl->m0, shift + tl->m0, tl->nm < NC ? tl->nm : NC, p->rq,
+                              p->y_zp, p->qmin, p->qmax);
+    if (tl->nm > NC)
+        tl->rq[1] = es_rq16_setup(mult + m1, shift + m1, tl->nm - NC, p->rq, p->y_zp, p->qmin,
+                                  p->qmax);
 }
 
 /* requantise one block's 8 pixel vectors (16 channels each) and store them to channel
@@ -235,10 +239,12 @@ static void tile(const cl_tile *tl, int KH, int KW, int C4, const int32_t *bias,
     }
 }
 #else
-static void pair_consts(cl_tile *tl, const int32_t *mult, const int32_t *shift) {
+static void pair_consts(cl_tile *tl, const int32_t *mult, const int32_t *shift,
+                        const es_conv_params *p) {
     (void)tl;
     (void)mult;
     (void)shift;
+    (void)p;
 }
 
 /* the same tile in plain C: each stored pixel and channel on its own */
@@ -261,7 +267,7 @@ static void tile(const cl_tile *tl, int KH, int KW, int C4, const int32_t *bias,
                             acc += w[e] * (int32_t)(uint8_t)(a[c4] >> 8 * e);
                 }
             y[(size_t)m * P + tl->p0 + i] =
-                es_sat8(es_mul_q(acc, mult[m], shift[m]) + p->y_zp, p->qmin, p->qmax);
+                es_requant(acc, mult[m], shift[m], p->rq, p->y_zp, p->qmin, p->qmax);
         }
     }
 }
@@ -289,7 +295,7 @@ void es_conv2d_i8_cl(const int8_t *x, const int8_t *wc, const int32_t *bias_u8,
         tl.nm = p->M - tl.m0 < 2 * NC ? p->M - tl.m0 : 2 * NC;
         tl.w0 = wc + (size_t)b * block;
         tl.w1 = b + 1 < M16 ? tl.w0 + block : tl.w0;
-        pair_consts(&tl, mult, shift);
+        pair_consts(&tl, mult, shift, p);
         for (tl.p0 = 0; tl.p0 < P; tl.p0 += NP) {
             int r = oh, q = ow;
             tl.np = P - tl.p0 < NP ? P - tl.p0 : NP;

@@ -194,18 +194,18 @@ static __m512i start(const dot_block *b, const int32_t *bias, int m) {
 /* the 16 sums of channel m in one tile: kept as partial sums, or requantised into y, straight
  * or through the tile's segments */
 static inline void put_row(const dot_block *b, __m512i acc, int m, int8_t *y, int P,
-                           const int32_t *mult, const int32_t *shift, int32_t y_zp,
-                           int32_t qmin, int32_t qmax) {
+                           const int32_t *mult, const int32_t *shift, int32_t rq,
+                           int32_t y_zp, int32_t qmin, int32_t qmax) {
     int8_t v[TP];
     int s;
     if (!b->last) {
         _mm512_storeu_si512(b->part + (size_t)m * TP, acc);
     } else if (b->nseg == 1 && b->lane[0] == 0) {
         es_requant16_avx512(acc, y + (size_t)m * P + b->pix[0], b->len[0], mult[m], shift[m],
-                            y_zp, qmin, qmax);
+                            rq, y_zp, qmin, qmax);
     } else { /* each segment: its lanes shuffled down to lane 0, one masked store */
         __m128i q;
-        es_requant16_avx512(acc, v, TP, mult[m], shift[m], y_zp, qmin, qmax);
+        es_requant16_avx512(acc, v, TP, mult[m], shift[m], rq, y_zp, qmin, qmax);
         q = _mm_loadu_si128((const __m128i *)v);
         for (s = 0; s < b->nseg; ++s) {
             const __m128i from = _mm_add_epi8(
@@ -250,9 +250,9 @@ static void tile_8x16(const dot_block *b, const int8_t *w8, int K4, const int32_
     {
         /* locals: the int8 stores below may alias *p, which would force reloads */
         const __m512i s[TM] = {s0, s1, s2, s3, s4, s5, s6, s7};
-        const int32_t y_zp = p->y_zp, qmin = p->qmin, qmax = p->qmax;
+        const int32_t rq = p->rq, y_zp = p->y_zp, qmin = p->qmin, qmax = p->qmax;
         for (r = 0; r < nr; ++r)
-            put_row(b, s[r], m0 + r, y, P, mult, shift, y_zp, qmin, qmax);
+            put_row(b, s[r], m0 + r, y, P, mult, shift, rq, y_zp, qmin, qmax);
     }
 }
 
@@ -307,10 +307,10 @@ static void tile_8x32(const dot_block *a, const dot_block *b, const int8_t *w8, 
     {
         const __m512i s[TM] = {s0, s1, s2, s3, s4, s5, s6, s7};
         const __m512i u[TM] = {u0, u1, u2, u3, u4, u5, u6, u7};
-        const int32_t y_zp = p->y_zp, qmin = p->qmin, qmax = p->qmax;
+        const int32_t rq = p->rq, y_zp = p->y_zp, qmin = p->qmin, qmax = p->qmax;
         for (r = 0; r < nr; ++r) {
-            put_row(a, s[r], m0 + r, y, P, mult, shift, y_zp, qmin, qmax);
-            put_row(b, u[r], m0 + r, y, P, mult, shift, y_zp, qmin, qmax);
+            put_row(a, s[r], m0 + r, y, P, mult, shift, rq, y_zp, qmin, qmax);
+            put_row(b, u[r], m0 + r, y, P, mult, shift, rq, y_zp, qmin, qmax);
         }
     }
 }
@@ -349,7 +349,7 @@ static void tile_8x16(const dot_block *b, const int8_t *w8, int K4, const int32_
             continue;
         }
         for (l = 0; l < TP; ++l)
-            v[l] = es_sat8(es_mul_q(acc[l], mult[m], shift[m]) + p->y_zp, p->qmin, p->qmax);
+            v[l] = es_requant(acc[l], mult[m], shift[m], p->rq, p->y_zp, p->qmin, p->qmax);
         store_lanes(b, v, y + (size_t)m * P);
     }
 }

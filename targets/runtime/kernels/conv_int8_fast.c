@@ -35,8 +35,7 @@ static void requant_plane(int32_t *acc, int8_t *y, int n, int32_t mult, int32_t 
                           const es_conv_params *p) {
     int i;
     for (i = 0; i + 16 <= n; i += 16) requant16(acc + i, y + i, 16, mult, shift, p);
-    for (; i < n; ++i) y[i] = es_sat8(es_mul_q(acc[i], mult, shift) + p->y_zp, p->qmin,
-                                      p->qmax);
+    for (; i < n; ++i) y[i] = es_requant(acc[i], mult, shift, p->rq, p->y_zp, p->qmin, p->qmax);
 }
 
 void es_conv2d_i8_fast(const int8_t *x, const int8_t *w, const int32_t *bias,
@@ -316,18 +315,31 @@ static void mk_i8_4x16(const int16_t *col, int K2, const int32_t *const wr[4],
 }
 
 
-/* y[j] = sat8(es_mul_q(acc[j], mult, shift) + y_zp), j < n <= 16 */
+/* y[j] = es_requant(acc[j], ...), j < n <= 16 */
 static void requant16(int32_t *acc, int8_t *y, int n, int32_t mult, int32_t shift,
                       const es_conv_params *p) {
     int j;
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-    if (mult >= 0) {
-        es_requant16_avx512(_mm512_loadu_si512(acc), y, n, mult, shift, p->y_zp, p->qmin,
-                            p->qmax);
+    if (mult >= 0 || p->rq == ES_RQ_FP32) {
+        es_requant16_avx512(_mm512_loadu_si512(acc), y, n, mult, shift, p->rq, p->y_zp,
+                            p->qmin, p->qmax);
         return;
     }
 #endif
 #if defined(__AVX2__)
+    if (p->rq == ES_RQ_FP32) {
+        const __m256 sc = _mm256_set1_ps(es_rq_scale(mult, shift));
+        const __m256 lo = _mm256_set1_ps((float)(p->qmin - p->y_zp));
+        const __m256 hi = _mm256_set1_ps((float)(p->qmax - p->y_zp));
+        const __m256i zp = _mm256_set1_epi32(p->y_zp);
+        for (j = 0; j < 16; j += 8) {
+            const __m256i a = _mm256_loadu_si256((const __m256i *)(acc + j));
+            _mm256_storeu_si256((__m256i *)(acc + j),
+                                _mm256_add_epi32(es_rqf8_avx2(a, sc, lo, hi), zp));
+        }
+        for (j = 0; j < n; ++j) y[j] = (int8_t)acc[j];
+        return;
+    }
     if (shift <= 0 && mult >= 0) {
         const __m256i mu = _mm256_set1_epi32(mult), zp = _mm256_set1_epi32(p->y_zp);
         const __m256i lo = _mm256_set1_epi32(p->qmin), hi = _mm256_set1_epi32(p->qmax);
@@ -340,8 +352,8 @@ static void requant16(int32_t *acc, int8_t *y, int n, int32_t mult, int32_t shif
         return;
     }
 #endif
-    for (j = 0; j < n; ++j) y[j] = es_sat8(es_mul_q(acc[j], mult, shift) + p->y_zp, p->qmin,
-                                           p->qmax);
+    for (j = 0; j < n; ++j) y[j] = es_requant(acc[j], mult, shift, p->rq, p->y_zp, p->qmin,
+                                              p->qmax);
 }
 
 void es_conv2d_i8_gemm(const int8_t *x, const int32_t *wp, const int32_t *bias,

@@ -447,7 +447,7 @@ typedef struct {
 static void block_consts(__m512i *bias, dw_rq *q, const int32_t *b, const int32_t *mult,
                          const int32_t *shift, int nc, const es_conv_params *p) {
     *bias = _mm512_maskz_loadu_epi32((__mmask16)((1u << nc) - 1u), b);
-    q->r = es_rq16_setup(mult, shift, nc);
+    q->r = es_rq16_setup(mult, shift, nc, p->rq, p->y_zp, p->qmin, p->qmax);
     q->yzp = _mm512_set1_epi32(p->y_zp);
     q->qmin = _mm512_set1_epi32(p->qmin);
     q->qmax = _mm512_set1_epi32(p->qmax);
@@ -546,12 +546,15 @@ static void row_taps_3(int8_t *o, const unsigned char *const r[3], const __m512i
     }
 }
 
-/* row_taps_3 for the common requantisation (es_mulq16_short), every constant in a local
- * variable: with them in a struct GCC 12 keeps reloading them from the stack */
+/* row_taps_3 for the two common requantisations, es_rqf16_avx512 (fp32) and
+ * es_mulq16_short, every constant in a local variable: with them in a struct GCC 12 keeps
+ * reloading them from the stack */
 static void row_taps_3_short(int8_t *o, const unsigned char *const r[3], const __m512i w[3],
                             __m512i bias, const dw_rq *rq, int OW, int SW) {
     const __m512i d4 = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
     const __m512i mult = rq->r.mult, mult_o = rq->r.mult_o, rest = rq->r.rest1, rnd = rq->r.rnd;
+    const __m512 scale = rq->r.scale, lo = rq->r.lo, hi = rq->r.hi;
+    const int fp32 = rq->r.fp32;
     const __m512i yzp16 = rq->yzp16, qmin8 = rq->qmin8, qmax8 = rq->qmax8;
     const __m512i w0 = w[0], w1 = w[1], w2 = w[2];
     const unsigned char *r0 = r[0], *r1 = r[1], *r2 = r[2];
@@ -565,10 +568,17 @@ static void row_taps_3_short(int8_t *o, const unsigned char *const r[3], const _
         tap4(a, r1 + off, sc, w1);
         tap4(a, r2 + off, sc, w2);
         /* as store4 */
-        p01 = _mm512_packs_epi32(es_mulq16_short(a[0], mult, mult_o, rnd, rest),
-                                 es_mulq16_short(a[1], mult, mult_o, rnd, rest));
-        p23 = _mm512_packs_epi32(es_mulq16_short(a[2], mult, mult_o, rnd, rest),
-                                 es_mulq16_short(a[3], mult, mult_o, rnd, rest));
+        if (fp32) {
+            p01 = _mm512_packs_epi32(es_rqf16_avx512(a[0], scale, lo, hi),
+                                     es_rqf16_avx512(a[1], scale, lo, hi));
+            p23 = _mm512_packs_epi32(es_rqf16_avx512(a[2], scale, lo, hi),
+                                     es_rqf16_avx512(a[3], scale, lo, hi));
+        } else {
+            p01 = _mm512_packs_epi32(es_mulq16_short(a[0], mult, mult_o, rnd, rest),
+                                     es_mulq16_short(a[1], mult, mult_o, rnd, rest));
+            p23 = _mm512_packs_epi32(es_mulq16_short(a[2], mult, mult_o, rnd, rest),
+                                     es_mulq16_short(a[3], mult, mult_o, rnd, rest));
+        }
         v = _mm512_packs_epi16(_mm512_adds_epi16(p01, yzp16), _mm512_adds_epi16(p23, yzp16));
         v = _mm512_min_epi8(_mm512_max_epi8(v, qmin8), qmax8);
         _mm512_storeu_si512(o + (size_t)ow * 16, _mm512_permutexvar_epi32(d4, v));
@@ -599,7 +609,7 @@ ES_DW_NOINLINE static void block_row(int8_t *o, const dw_scratch *s, int nv, __m
             wk[kh] = on ? _mm512_loadu_si512(s->wts + kh * 64) : _mm512_setzero_si512();
             v += on;
         }
-        if (rq->r.short_)
+        if (rq->r.short_ || rq->r.fp32)
             row_taps_3_short(o, r, wk, bias, rq, p->OW, p->SW);
         else
             row_taps_3(o, r, wk, bias, rq, p->OW, p->SW);
@@ -757,16 +767,44 @@ static void tap_cols(int32_t *restrict acc, const int16_t *restrict x,
             acc[t * 16 + c] += (int32_t)x[(size_t)t * SW * 16 + c] * (int32_t)w[c];
 }
 
-/* a block's bias and requantisation constants; wide: some shift > 0 or multiplier < 0 */
+/* a block's bias and requantisation constants; wide: some shift > 0 or multiplier < 0;
+ * scale: es_rq_scale of each channel (ES_RQ_FP32) */
 typedef struct {
     int32_t bias[16], mult[16], shift[16];
+    float scale[16];
     int wide;
 } dw_consts;
 
-/* o[c] = sat8(es_mul_q(a[c], mult[c], shift[c]) + y_zp) clamped, c < 16 */
+/* o[c] = es_requant(a[c], mult[c], shift[c], ...), c < 16 */
 static void requant16(int8_t *o, const int32_t *a, const dw_consts *k, const es_conv_params *p) {
     int c;
+#if defined(__ARM_NEON) && defined(__aarch64__)
+    if (p->rq == ES_RQ_FP32) { /* vcvtnq rounds half to even, as es_round_even */
+        const float32x4_t lo = vdupq_n_f32((float)(p->qmin - p->y_zp));
+        const float32x4_t hi = vdupq_n_f32((float)(p->qmax - p->y_zp));
+        int16x8_t v[2];
+        for (c = 0; c < 2; ++c) {
+            int32x4_t r[2];
+            int h;
+            for (h = 0; h < 2; ++h) {
+                const int j = 8 * c + 4 * h;
+                float32x4_t f = vmulq_f32(vcvtq_f32_s32(vld1q_s32(a + j)), vld1q_f32(k->scale + j));
+                f = vminq_f32(vmaxq_f32(f, lo), hi);
+                r[h] = vaddq_s32(vcvtnq_s32_f32(f), vdupq_n_s32(p->y_zp));
+            }
+            v[c] = vcombine_s16(vmovn_s32(r[0]), vmovn_s32(r[1]));
+        }
+        vst1_s8(o, vmovn_s16(v[0]));
+        vst1_s8(o + 8, vmovn_s16(v[1]));
+        return;
+    }
+#endif
 #if defined(__ARM_NEON)
+    if (p->rq == ES_RQ_FP32) {
+        for (c = 0; c < 16; ++c)
+            o[c] = es_requant(a[c], k->mult[c], k->shift[c], p->rq, p->y_zp, p->qmin, p->qmax);
+        return;
+    }
     /* vrshl by -(31 - shift) is the single round-half-up right shift, exact in 64 bits;
      * vqmovn saturates to int32 as es_mul_q does: any shift and multiplier */
     for (c = 0; c < 16; c += 8) {
@@ -786,6 +824,20 @@ static void requant16(int8_t *o, const int32_t *a, const dw_consts *k, const es_
     }
 #else
 #if defined(__AVX2__)
+    if (p->rq == ES_RQ_FP32) {
+        const __m256 lo = _mm256_set1_ps((float)(p->qmin - p->y_zp));
+        const __m256 hi = _mm256_set1_ps((float)(p->qmax - p->y_zp));
+        const __m256i zp = _mm256_set1_epi32(p->y_zp);
+        __m256i v[2], w;
+        for (c = 0; c < 2; ++c)
+            v[c] = _mm256_add_epi32(
+                es_rqf8_avx2(_mm256_loadu_si256((const __m256i *)(a + 8 * c)),
+                             _mm256_loadu_ps(k->scale + 8 * c), lo, hi), zp);
+        w = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[0], v[1]), 0xd8);
+        _mm_storeu_si128((__m128i *)o, _mm_packs_epi16(_mm256_castsi256_si128(w),
+                                                       _mm256_extracti128_si256(w, 1)));
+        return;
+    }
     if (!k->wide) {
         const __m256i zp = _mm256_set1_epi32(p->y_zp);
         const __m256i lo = _mm256_set1_epi32(p->qmin), hi = _mm256_set1_epi32(p->qmax);
@@ -804,7 +856,7 @@ static void requant16(int8_t *o, const int32_t *a, const dw_consts *k, const es_
     }
 #endif
     for (c = 0; c < 16; ++c)
-        o[c] = es_sat8(es_mul_q(a[c], k->mult[c], k->shift[c]) + p->y_zp, p->qmin, p->qmax);
+        o[c] = es_requant(a[c], k->mult[c], k->shift[c], p->rq, p->y_zp, p->qmin, p->qmax);
 #endif
 }
 
@@ -897,6 +949,7 @@ void es_dwconv2d_i8_hwc(const int8_t *x, const int8_t *w, const int32_t *bias,
             k.mult[i] = i < nc ? mult[cb + i] : 0;
             k.shift[i] = i < nc ? shift[cb + i] : 0;
             k.wide |= k.shift[i] > 0 || k.mult[i] < 0;
+            k.scale[i] = i < nc && p->rq == ES_RQ_FP32 ? es_rq_scale(k.mult[i], k.shift[i]) : 0.0f;
         }
         for (i = 0; i < KH * KW * 16; ++i) wts[i] = w[(size_t)(i / 16) * Cp + cb + i % 16];
 #endif

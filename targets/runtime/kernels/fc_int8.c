@@ -3,7 +3,7 @@
 
 void es_fc_i8(const int8_t *x, const int8_t *w, const int32_t *bias, const int32_t *mult,
               const int32_t *shift, int8_t *y, int M, int N, int K, int x_zp, int y_zp,
-              int qmin, int qmax) {
+              int qmin, int qmax, int32_t rq) {
     int i, j, k;
     for (i = 0; i < M; ++i) {
         const int8_t *xr = x + (size_t)i * K;
@@ -11,7 +11,7 @@ void es_fc_i8(const int8_t *x, const int8_t *w, const int32_t *bias, const int32
             const int8_t *wr = w + (size_t)j * K;
             int32_t acc = bias[j];
             for (k = 0; k < K; ++k) acc += ((int32_t)xr[k] - x_zp) * (int32_t)wr[k];
-            y[(size_t)i * N + j] = es_sat8(es_mul_q(acc, mult[j], shift[j]) + y_zp, qmin, qmax);
+            y[(size_t)i * N + j] = es_requant(acc, mult[j], shift[j], rq, y_zp, qmin, qmax);
         }
     }
 }

@@ -87,7 +87,7 @@ static int32_t sum_i8(const int8_t *x, int n) {
 }
 
 void es_global_avgpool_i8(const int8_t *x, int8_t *y, int C, int HW, int x_zp, int y_zp,
-                          int32_t mult, int32_t shift) {
+                          int32_t mult, int32_t shift, int32_t rq) {
     /* mult/shift encode x_scale / (y_scale * HW) */
     int c = 0;
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -95,10 +95,10 @@ void es_global_avgpool_i8(const int8_t *x, int8_t *y, int C, int HW, int x_zp, i
         int32_t s[16];
         int i;
         for (i = 0; i < 16; ++i) s[i] = sum_i8(x + (size_t)(c + i) * HW, HW) - x_zp * HW;
-        es_requant16_avx512(_mm512_loadu_si512(s), y + c, 16, mult, shift, y_zp, -128, 127);
+        es_requant16_avx512(_mm512_loadu_si512(s), y + c, 16, mult, shift, rq, y_zp, -128, 127);
     }
 #endif
     for (; c < C; ++c)
-        y[c] = es_sat8(es_mul_q(sum_i8(x + (size_t)c * HW, HW) - x_zp * HW, mult, shift) + y_zp,
-                       -128, 127);
+        y[c] = es_requant(sum_i8(x + (size_t)c * HW, HW) - x_zp * HW, mult, shift, rq, y_zp,
+                          -128, 127);
 }

@@ -1,5 +1,6 @@
 /* Runs es_conv2d_i8 (reference) and the fast paths on one random conv; exit 1 if they differ.
- * argv: C H W M KH KW SH SW PT PL DH DW group x_zp seed OH OW */
+ * argv: C H W M KH KW SH SW PT PL DH DW group x_zp seed OH OW. The seed also picks the
+ * requantisation, ES_RQ_FIXED or ES_RQ_FP32. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,8 @@ int main(int argc, char **argv) {
     for (i = 0; i < (int)nx; ++i) x[i] = (int8_t)(r(256) - 128);
     for (i = 0; i < (int)nw; ++i) w[i] = (int8_t)(r(255) - 127);
     for (i = 0; i < p.M; ++i) { b[i] = r(20001) - 10000; mu[i] = (1 << 30) + r(1 << 30); sh[i] = -(6 + r(6)); }
+    p.rq = r(2) ? ES_RQ_FP32 : ES_RQ_FIXED; /* fp32: float32 scales, a 24-bit significand */
+    for (i = 0; i < p.M && p.rq == ES_RQ_FP32; ++i) mu[i] &= ~0x7f;
     for (i = 0; i < (int)nw; ++i) {
         int m = i / p.C, c = i % p.C;
         uint32_t v = (uint16_t)(int16_t)w[i];

@@ -54,6 +54,11 @@ int main(int argc, char **argv) {
         if (wide && kind == 3) sh[i] = p.y_zp ? r(41) - 31 : r(62) - 31;
         if (wide && kind == 4) mu[i] = -(1 << 30) - r(1 << 30); /* negative */
     }
+    p.rq = r(2) ? ES_RQ_FP32 : ES_RQ_FIXED;
+    for (i = 0; i < p.C && p.rq == ES_RQ_FP32; ++i) { /* float32 scales: any exponent, some 0 */
+        mu[i] = r(8) ? (int32_t)(((1u << 23) | (uint32_t)r(1 << 23)) << 7) : 0;
+        if (!mu[i]) sh[i] = -126;
+    }
     for (i = 0; i < (int)nw; ++i) { /* w[c][kh][kw] -> wp[kh][kw][c] */
         const int c = i / (p.KH * p.KW), t = i % (p.KH * p.KW);
         wp[(size_t)t * Cp + c] = w[i];

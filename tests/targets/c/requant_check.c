@@ -41,7 +41,7 @@ static int32_t lanes(int32_t x, int32_t mult, int32_t shift) {
         mm[i] = mult;
         ss[i] = shift;
     }
-    rq = es_rq16_setup(mm, ss, 16);
+    rq = es_rq16_setup(mm, ss, 16, ES_RQ_FIXED, 0, -128, 127);
     _mm512_storeu_si512(out, es_mulq16v_avx512(_mm512_set1_epi32(x), _mm512_set1_epi32(mult),
                                                _mm512_set1_epi32(shift)));
     _mm512_storeu_si512(pre, es_rq16_apply(_mm512_set1_epi32(x), &rq));
