@@ -29,6 +29,9 @@ class COptions(BaseModel):
     cflags: str = "-O2"
     ldflags: str = ""
     alignment: Literal[16, 64] = 64
+    # int8 convs, Gemm, GlobalAveragePool: fp32 rescaling (XNNPACK's and onnxruntime's
+    # arithmetic; needs an FPU) or TFLite's integer-only fixed point
+    requant: Literal["fp32", "fixed"] = "fp32"
     # cross-compilation: when set, the folder is also built with this compiler
     cross_cc: str | None = None
     cross_cflags: str = Field("-O2", description="flags for cross_cc")
@@ -96,7 +99,7 @@ class CTarget(Target):
         kw = dict(precision=precision, embedded=opts.weights == "embedded", cc=opts.cc,
                   cflags=opts.cflags, ldflags=opts.ldflags, alignment=opts.alignment,
                   name=getattr(ctx.profile, "name", "model"), deploy_cc=opts.cross_cc,
-                  deploy_cflags=opts.cross_cflags)
+                  deploy_cflags=opts.cross_cflags, requant=opts.requant)
         ctx.log(f"c: lowering {src} ({precision}, {source})")
         try:
             gen = codegen.from_onnx(src, out, **kw)
@@ -115,6 +118,7 @@ class CTarget(Target):
                                 "weights": opts.weights, "cc": opts.cc, "cflags": opts.cflags,
                                 "source_onnx": str(src), "steps": _steps(out)}
         if precision == "int8":
+            meta["requant"] = opts.requant
             meta["int8_source"] = source
         if opts.cross_cc:
             import shutil

@@ -380,15 +380,16 @@ def generate(g: Graph, plan: Plan, out_dir: Path, *, embedded: bool = False, cc:
 def from_onnx(onnx_path: Path, out_dir: Path, *, precision: str = "fp32", embedded: bool = False,
               cc: str = "cc", cflags: str = "-O2", ldflags: str = "", alignment: int = 64,
               name: str | None = None, deploy_cc: str | None = None,
-              deploy_cflags: str | None = None) -> Generated:
+              deploy_cflags: str | None = None, requant: str = "fp32") -> Generated:
     """Lower, plan and generate in one call. Kernels are picked for ``deploy_cc`` /
-    ``deploy_cflags`` (the device's compiler, when it is not ``cc``)."""
+    ``deploy_cflags`` (the device's compiler, when it is not ``cc``); ``requant`` is
+    ir.lower's."""
     from .ir import lower
     from .isa import macros
     from .planner import plan as make_plan
 
     g = lower(onnx_path, precision, macros(deploy_cc or cc, deploy_cflags if deploy_cc
-                                           else cflags))
+                                           else cflags), requant)
     p = make_plan(g, alignment=alignment)
     return generate(g, p, out_dir, embedded=embedded, cc=cc, cflags=cflags, ldflags=ldflags,
                     name=name or Path(onnx_path).stem)

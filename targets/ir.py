@@ -129,13 +129,15 @@ def c_ident(name: str) -> str:
 
 
 class Lowerer:
-    def __init__(self, model, precision: str, isa: frozenset[str] = frozenset()):
+    def __init__(self, model, precision: str, isa: frozenset[str] = frozenset(),
+                 requant: str = "fp32"):
         import onnx
 
         self.onnx = onnx
         self.model = model
         self.precision = precision
         self.isa = isa  # macros the deploying compiler predefines (targets/isa.py)
+        self.requant = requant  # int8 sums -> int8: "fp32" or "fixed" (lower/int8.py)
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
                           17)
         g = model.graph
@@ -391,11 +393,14 @@ def load_model(path: Path):
     return model
 
 
-def lower(path_or_model, precision: str = "fp32", isa: frozenset[str] = frozenset()) -> Graph:
+def lower(path_or_model, precision: str = "fp32", isa: frozenset[str] = frozenset(),
+          requant: str = "fp32") -> Graph:
     """ONNX (path or ModelProto) -> Graph. ``precision='int8'`` turns QDQ patterns into
     quantized kernels; anything else runs in float between dequantize/quantize steps.
     ``isa``: the deploying compiler's predefined macros, where a kernel's weight packing
-    depends on its instructions (isa.macros)."""
+    depends on its instructions (isa.macros). ``requant``: how int8 convolutions, Gemm and
+    GlobalAveragePool rescale their sums, "fp32" (XNNPACK's and onnxruntime's arithmetic)
+    or "fixed" (TFLite's integer-only reference, for cores without an FPU)."""
     model = path_or_model
     if isinstance(path_or_model, (str, Path)):
         model = load_model(Path(path_or_model))
@@ -406,7 +411,9 @@ def lower(path_or_model, precision: str = "fp32", isa: frozenset[str] = frozense
 
         model = copy.deepcopy(model) if model is path_or_model else model
         shift_uint8_to_int8(model)
-    return Lowerer(model, precision, isa).run()
+    if requant not in ("fp32", "fixed"):
+        raise ValueError(f"requant must be 'fp32' or 'fixed', not {requant!r}")
+    return Lowerer(model, precision, isa, requant).run()
 
 
 def unsupported_nodes(path_or_model) -> list[tuple[str, str]]:

@@ -12,7 +12,14 @@ integer kernel writing the Q's int8 tensor:
 
 Anything else runs in float: the view is materialised by a dequantize step, the float
 kernel runs, and the next Q quantizes again. Weights must be symmetric int8 (zero point
-0), per tensor or per output channel; requantisation is a Q31 multiplier and a shift.
+0), per tensor or per output channel.
+
+Convolutions, Gemm and GlobalAveragePool rescale their int32 sums by a (mult, shift) pair,
+real = mult * 2^(shift - 31), applied as ``L.requant`` says (ES_RQ_* in edgesmith_rt.h):
+"fp32" (the default) multiplies in float32 by the scale x_scale * w_scale / y_scale
+computed in float32 as onnxruntime's QLinearConv and XNNPACK compute it, and rounds half to
+even; "fixed" is TFLite's integer-only Q31 multiplier, for cores without an FPU. Add, Sub,
+Mul and requantising copies are TFLite's integer arithmetic in both modes.
 """
 
 from __future__ import annotations
@@ -67,6 +74,28 @@ def quantize_multiplier(real: float) -> tuple[int, int]:
     if shift > 30:
         shift, qf = 30, (1 << 31) - 1
     return qf, shift
+
+
+def fp32_multiplier(scale: np.float32) -> tuple[int, int]:
+    """(mult, shift) that hold the float32 ``scale`` exactly, for ES_RQ_FP32: mult is its
+    24-bit significand times 2^31 (so es_rq_scale rebuilds the float's bits), shift its
+    exponent. Zero and scales below float32's normal range (2^-126, no real model's) are
+    (0, -126), which es_rq_scale reads as 0.0f."""
+    q, shift = math.frexp(float(np.float32(scale)))
+    if q == 0.0 or shift < -125:
+        return 0, -126
+    return int(q * (1 << 31)), shift
+
+
+def _requant_pair(L: Lowerer, real32: np.float32, real: float) -> tuple[int, int]:
+    """The (mult, shift) of one rescale for L.requant: the float32 scale itself (fp32), or
+    TFLite's Q31 rounding of the exact ratio (fixed)."""
+    return fp32_multiplier(real32) if L.requant == "fp32" else quantize_multiplier(real)
+
+
+def _rq_mode(L: Lowerer) -> int:
+    """ES_RQ_FIXED (0) or ES_RQ_FP32 (1), as the kernels take it"""
+    return 1 if L.requant == "fp32" else 0
 
 
 def _qparams(L: Lowerer, node) -> tuple[float, int] | None:
@@ -272,7 +301,10 @@ def _finish(L: Lowerer, qnode, act, y: str, shape) -> None:
 
 def _requant_tables(L, node, s_x, s_w, s_y, m):
     s_w = np.broadcast_to(s_w, (m,))
-    ms = [quantize_multiplier(float(s_x) * float(sw) / float(s_y)) for sw in s_w]
+    # float32 as onnxruntime computes it: (x_scale * w_scale) / y_scale, each step rounded
+    f32 = np.float32
+    ms = [_requant_pair(L, f32(f32(s_x) * f32(sw)) / f32(s_y), float(s_x) * float(sw) / float(s_y))
+          for sw in s_w]
     mult = L.const_tensor(node.name + "_mult", np.array([a for a, _ in ms], np.int32), "i32")
     shift = L.const_tensor(node.name + "_shift", np.array([b for _, b in ms], np.int32), "i32")
     return mult, shift
@@ -319,7 +351,7 @@ def conv_i8(L: Lowerer, node) -> bool:
     bias = _bias_values(L, node, 2, tx.scale, s_w, m)
     mult, shift = _requant_tables(L, node, tx.scale, s_w, s_y, m)
     params = conv_params(c, sp, m, osp, kk, ss, pp, dd, group, 0, 0.0, 0.0,
-                         x_zp=tx.zero_point, y_zp=zp_y, qmin=qmin, qmax=qmax)
+                         x_zp=tx.zero_point, y_zp=zp_y, qmin=qmin, qmax=qmax, rq=_rq_mode(L))
     plane = osp[0] * osp[1]
     if KERNEL == "reference":
         fn, wt, scratch = "es_conv2d_i8", L.const_tensor(node.name + "_w", w, "i8"), 4 * plane
@@ -450,7 +482,7 @@ def fc_i8(L: Lowerer, node) -> bool:
     mult, shift = _requant_tables(L, node, tx.scale, s_w, s_y, nn)
     L.add_step(node, [x.tensor], [y], [Call("es_fc_i8", [
         Ref(x.tensor), Ref(wt), Ref(bt), Ref(mult), Ref(shift), Ref(y), mrows, nn, kk,
-        tx.zero_point, zp_y, qmin, qmax])])
+        tx.zero_point, zp_y, qmin, qmax, _rq_mode(L)])])
     _finish(L, qnode, act, y, oshape)
     return True
 
@@ -509,10 +541,14 @@ def gap_i8(L: Lowerer, node) -> bool:
     s_y, zp_y = _qparams(L, qnode)
     hw = prod(x.shape[2:])
     oshape = (*x.shape[:2], *([1] * (len(x.shape) - 2)))
-    mult, shift = quantize_multiplier(float(tx.scale) / (s_y * hw))
+    # onnxruntime's QLinearGlobalAveragePool: x_scale / (y_scale * HW) in float32
+    f32 = np.float32
+    mult, shift = _requant_pair(L, f32(tx.scale) / (f32(s_y) * f32(hw)),
+                                float(tx.scale) / (s_y * hw))
     y = _out_tensor(L, qnode, oshape)
     L.add_step(node, [x.tensor], [y], [Call("es_global_avgpool_i8", [
-        Ref(x.tensor), Ref(y), x.shape[0] * x.shape[1], hw, tx.zero_point, zp_y, mult, shift])])
+        Ref(x.tensor), Ref(y), x.shape[0] * x.shape[1], hw, tx.zero_point, zp_y, mult, shift,
+        _rq_mode(L)])])
     _finish(L, qnode, None, y, oshape)
     return True
 

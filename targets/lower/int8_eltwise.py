@@ -8,7 +8,9 @@ view) or a per-tensor int8 constant under a DequantizeLinear (a per-channel bias
 [1,C,1,1], a scalar), kept as int8 in its own shape. Broadcasting is resolved here into
 the float path's merged stride table (``common.bcast_params``); the kernels walk it and
 never materialise the broadcast operand. Add/Sub is TFLite's reference add (both inputs
-rescaled to twice the larger scale with 20 bits of headroom, summed, rescaled), Mul its
+rescaled to twice the larger scale with 20 bits of headroom, summed, rescaled), or with
+L.requant "fp32" the float arithmetic onnxruntime runs for an unfused DQ -> Add -> Q
+(dequantize both, add, divide by the output scale, round half to even); Mul is TFLite's
 reference mul ((a - a_zp) * (b - b_zp) in int32 times s_a * s_b / s_y). Anything else (a
 per-axis or non-int8 constant, a plain float constant, no Q after the op) returns False
 and runs in float between dequantize and quantize steps.
@@ -31,6 +33,7 @@ from .int8 import (
     _out_tensor,
     _q_after,
     _qparams,
+    _rq_mode,
     quantize_multiplier,
 )
 
@@ -122,8 +125,10 @@ def _nested(prefix: str, fields: dict) -> dict:
 
 
 def add_params(sa: float, sb: float, sy: float, a_zp: int, b_zp: int, y_zp: int,
-               qmin: int = -128, qmax: int = 127, sub: bool = False) -> dict:
-    """es_qadd_params of TFLite's reference add for input scales sa, sb and output sy."""
+               qmin: int = -128, qmax: int = 127, sub: bool = False, rq: int = 0) -> dict:
+    """es_qadd_params for input scales sa, sb and output sy: TFLite's reference add
+    (rq 0, ES_RQ_FIXED), or (rq 1, ES_RQ_FP32) the float arithmetic of onnxruntime's
+    DequantizeLinear -> Add -> QuantizeLinear, from the float32 scales themselves."""
     twice_max = 2 * max(sa, sb)
     am, ash = quantize_multiplier(sa / twice_max)
     bm, bsh = quantize_multiplier(sb / twice_max)
@@ -131,7 +136,8 @@ def add_params(sa: float, sb: float, sy: float, a_zp: int, b_zp: int, y_zp: int,
     return {"__struct__": "es_qadd_params", "a_zp": a_zp, "b_zp": b_zp, "y_zp": y_zp,
             "left_shift": ADD_LEFT_SHIFT, "a_mult": am, "a_shift": ash, "b_mult": bm,
             "b_shift": bsh, "y_mult": ym, "y_shift": ysh, "qmin": qmin, "qmax": qmax,
-            "sub": int(sub)}
+            "sub": int(sub), "rq": rq, "a_scale": float(np.float32(sa)),
+            "b_scale": float(np.float32(sb)), "y_scale": float(np.float32(sy))}
 
 
 def add_i8(L: Lowerer, node) -> bool:
@@ -140,7 +146,7 @@ def add_i8(L: Lowerer, node) -> bool:
         return False
     qmin, qmax = _act_range(L, m.act, m.y_scale, m.y_zp)
     params = add_params(m.a.scale, m.b.scale, m.y_scale, m.a.zero_point, m.b.zero_point,
-                        m.y_zp, qmin, qmax, node.op_type == "Sub")
+                        m.y_zp, qmin, qmax, node.op_type == "Sub", _rq_mode(L))
     y = _out_tensor(L, m.qnode, m.oshape)
     if m.contiguous:
         call = Call("es_add_i8", [Ref(m.a.tensor), Ref(m.b.tensor), Ref(y), prod(m.oshape),

@@ -72,11 +72,14 @@ def generate(src: Path, out: Path, **kw) -> Path:
 
 
 
-def ort_run(path: Path, x: np.ndarray) -> np.ndarray:
+def ort_run(path: Path, x: np.ndarray, level: str = "ORT_ENABLE_ALL") -> np.ndarray:
+    """onnxruntime's output; ``level``: its graph optimisation (ORT_ENABLE_BASIC leaves the
+    QDQ nodes unfused, so every op runs in float between them)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
     sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     return sess.run(None, {sess.get_inputs()[0].name: x})[0]
 

@@ -37,28 +37,59 @@ def test_fixed_point_requantization_matches_tflite_reference():
         assert abs(m * 2.0 ** (s - 31) - real) <= real * 2**-30
 
 
+def _within(y: np.ndarray, ref: np.ndarray, lsb: float) -> float:
+    return float((np.abs(y - ref) <= lsb * 1.001).mean())
+
+
 @pytest.mark.slow
 def test_mobilenetv2_int8_agrees_with_onnxruntime(work, mnv2_qdq, mnv2_onnx, mnv2):
     out = generate(mnv2_qdq, work / "mnv2_c_int8", precision="int8")
     x, _ = mnv2.sample_data(64, seed=11)
     y, ref = run.run(out, x), ort_run(mnv2_qdq, x)
     lsb = output_scale(mnv2_qdq)
-    within = float((np.abs(y - ref) <= lsb * 1.001).mean())
+    within = _within(y, ref, lsb)
+    # the same QDQ model in onnxruntime with its QDQ fusions off (every op in float between
+    # DequantizeLinear and QuantizeLinear): how far onnxruntime drifts from itself
+    ort_self = _within(ort_run(mnv2_qdq, x, "ORT_ENABLE_BASIC"), ref, lsb)
     top1 = float((y.argmax(1) == ref.argmax(1)).mean())
     fp = ort_run(mnv2_onnx, x).argmax(1)
     ours_fp, ort_fp = float((y.argmax(1) == fp).mean()), float((ref.argmax(1) == fp).mean())
-    print(f"mobilenetv2 int8: within 1 LSB {within:.4%}, top-1 agreement {top1:.4%}; "
-          f"top-1 vs fp32: C {ours_fp:.2%}, onnxruntime {ort_fp:.2%}")
+    print(f"mobilenetv2 int8: within 1 LSB {within:.4%} (onnxruntime unfused vs fused "
+          f"{ort_self:.4%}), top-1 agreement {top1:.4%}; top-1 vs fp32: C {ours_fp:.2%}, "
+          f"onnxruntime {ort_fp:.2%}")
     assert top1 >= 0.995
     assert ours_fp >= ort_fp - 0.05  # as faithful to the fp32 model as onnxruntime's int8
-    # gemmlowp's double rounding left 21% here; one rounding keeps every layer exact
-    assert within >= 0.95
+    assert within >= ort_self  # closer to onnxruntime than onnxruntime's own unfused run
+    assert within >= 0.99  # fp32 requantisation: 97.8% with TFLite's fixed point
     if within < 0.999:
-        pytest.xfail(f"{within:.2%} of outputs within 1 LSB (issue asks 99.9%): onnxruntime "
-                     "runs 9 of the 28 convs as float DQ->Conv->Q and requantizes the others "
-                     "in fp32, so ~1 value in 10^5 per layer lands on the other side of a "
-                     "rounding boundary from the exact integer result these kernels compute "
-                     "(test_int8_per_layer); this random-weight network amplifies each flip")
+        pytest.xfail(f"{within:.2%} of outputs within 1 LSB (issue asks 99.9%): with fp32 "
+                     "requantisation 31 of the 35 layers are bit-exact with onnxruntime on "
+                     "its own input (test_int8_per_layer); the other 4, which onnxruntime "
+                     "runs as float DQ->Conv->Q or through its own kernels, differ by 1 LSB "
+                     "on ~1 value in 10^5, and this random-weight network amplifies each "
+                     f"flip: onnxruntime's unfused run agrees with its fused one on only "
+                     f"{ort_self:.2%}")
+
+
+@pytest.mark.slow
+def test_fixed_point_requantization_builds_agree_with_onnxruntime(work, digits_qdq,
+                                                                  digits_splits, mnv2_qdq,
+                                                                  mnv2):
+    """requant: fixed (TFLite's integer-only arithmetic, for cores without an FPU): digits
+    within 1 LSB of onnxruntime, MobileNetV2-style within the drift of one rounding rule
+    against another (onnxruntime requantises in fp32)."""
+    out = generate(digits_qdq, work / "digits_c_fixed", precision="int8", requant="fixed")
+    text = (out / "model.c").read_text()
+    assert ".rq = 0" in text and ".rq = 1" not in text  # every kernel call: ES_RQ_FIXED
+    x = digits_splits.val_x
+    y, ref = run.run(out, x), ort_run(digits_qdq, x)
+    assert _within(y, ref, output_scale(digits_qdq)) >= 0.999
+    assert float((y.argmax(1) == ref.argmax(1)).mean()) >= 0.995
+    out = generate(mnv2_qdq, work / "mnv2_c_fixed", precision="int8", requant="fixed")
+    x, _ = mnv2.sample_data(64, seed=11)
+    y, ref = run.run(out, x), ort_run(mnv2_qdq, x)
+    assert _within(y, ref, output_scale(mnv2_qdq)) >= 0.95
+    assert float((y.argmax(1) == ref.argmax(1)).mean()) >= 0.995
 
 
 def _u8_qdq(fp32, calib_x, out):
