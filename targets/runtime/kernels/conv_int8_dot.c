@@ -191,21 +191,80 @@ static __m512i start(const dot_block *b, const int32_t *bias, int m) {
     return b->first ? _mm512_set1_epi32(bias[m]) : _mm512_loadu_si512(b->part + (size_t)m * TP);
 }
 
+/* the output side of one call: requantisation tables and mode, and for ES_RQ_FP32 the
+ * clamp bounds and zero point broadcast once (per row they cost as much as the rest) */
+typedef struct {
+    const int32_t *mult, *shift;
+    int32_t fp32, y_zp, qmin, qmax;
+    __m512 lo, hi;
+    __m512i zp;
+} dot_out;
+
+static dot_out out_consts(const int32_t *mult, const int32_t *shift, const es_conv_params *p) {
+    dot_out o;
+    o.mult = mult;
+    o.shift = shift;
+    o.fp32 = p->rq == ES_RQ_FP32;
+    o.y_zp = p->y_zp;
+    o.qmin = p->qmin;
+    o.qmax = p->qmax;
+    o.lo = _mm512_set1_ps((float)(p->qmin - p->y_zp));
+    o.hi = _mm512_set1_ps((float)(p->qmax - p->y_zp));
+    o.zp = _mm512_set1_epi32(p->y_zp);
+    return o;
+}
+
+/* es_requant of 16 sums of channel m into 16 bytes (n stored); scale: channel m's float32
+ * scale (ES_RQ_FP32) */
+static inline void requant_row(__m512i acc, int8_t *y, int n, int m, float scale,
+                               const dot_out *o) {
+    __m128i q;
+    if (!o->fp32) {
+        es_requant16_avx512(acc, y, n, o->mult[m], o->shift[m], ES_RQ_FIXED, o->y_zp, o->qmin,
+                            o->qmax);
+        return;
+    }
+    q = _mm512_cvtepi32_epi8(_mm512_add_epi32(
+        es_rqf16_avx512(acc, _mm512_set1_ps(scale), o->lo, o->hi), o->zp));
+    if (n == TP)
+        _mm_storeu_si128((__m128i *)y, q);
+    else
+        _mm_mask_storeu_epi8(y, (__mmask16)((1u << n) - 1u), q);
+}
+
+/* the float32 scales of channels m0 .. m0 + nr - 1 (ES_RQ_FP32; zeros, unused, otherwise),
+ * in one vector step */
+static void row_scales(float *sc, int m0, int nr, const dot_out *o) {
+    const __mmask16 k = (__mmask16)((1u << nr) - 1u);
+    const __m512 s = es_rq_scale16(_mm512_maskz_loadu_epi32(k, o->mult + m0),
+                                   _mm512_maskz_loadu_epi32(k, o->shift + m0));
+    _mm512_mask_storeu_ps(sc, k, o->fp32 ? s : _mm512_setzero_ps());
+}
+
+/* ES_RQ_FP32 of 16 sums into 16 bytes at y */
+static inline void store16_f32(__m512i acc, int8_t *y, float scale, const dot_out *o) {
+    const __m512i v = es_rqf16_avx512(acc, _mm512_set1_ps(scale), o->lo, o->hi);
+    _mm_storeu_si128((__m128i *)y, _mm512_cvtepi32_epi8(_mm512_add_epi32(v, o->zp)));
+}
+
+/* a tile block that ends the reduction and stores all 16 lanes to 16 consecutive pixels */
+static int whole(const dot_block *b) {
+    return b->last && b->nseg == 1 && b->lane[0] == 0 && b->len[0] == TP;
+}
+
 /* the 16 sums of channel m in one tile: kept as partial sums, or requantised into y, straight
  * or through the tile's segments */
 static inline void put_row(const dot_block *b, __m512i acc, int m, int8_t *y, int P,
-                           const int32_t *mult, const int32_t *shift, int32_t rq,
-                           int32_t y_zp, int32_t qmin, int32_t qmax) {
+                           float scale, const dot_out *o) {
     int8_t v[TP];
     int s;
     if (!b->last) {
         _mm512_storeu_si512(b->part + (size_t)m * TP, acc);
     } else if (b->nseg == 1 && b->lane[0] == 0) {
-        es_requant16_avx512(acc, y + (size_t)m * P + b->pix[0], b->len[0], mult[m], shift[m],
-                            rq, y_zp, qmin, qmax);
+        requant_row(acc, y + (size_t)m * P + b->pix[0], b->len[0], m, scale, o);
     } else { /* each segment: its lanes shuffled down to lane 0, one masked store */
         __m128i q;
-        es_requant16_avx512(acc, v, TP, mult[m], shift[m], rq, y_zp, qmin, qmax);
+        requant_row(acc, v, TP, m, scale, o);
         q = _mm_loadu_si128((const __m128i *)v);
         for (s = 0; s < b->nseg; ++s) {
             const __m128i from = _mm_add_epi8(
@@ -250,9 +309,10 @@ static void tile_8x16(const dot_block *b, const int8_t *w8, int K4, const int32_
     {
         /* locals: the int8 stores below may alias *p, which would force reloads */
         const __m512i s[TM] = {s0, s1, s2, s3, s4, s5, s6, s7};
-        const int32_t rq = p->rq, y_zp = p->y_zp, qmin = p->qmin, qmax = p->qmax;
-        for (r = 0; r < nr; ++r)
-            put_row(b, s[r], m0 + r, y, P, mult, shift, rq, y_zp, qmin, qmax);
+        const dot_out o = out_consts(mult, shift, p);
+        float sc[TM];
+        row_scales(sc, m0, nr, &o);
+        for (r = 0; r < nr; ++r) put_row(b, s[r], m0 + r, y, P, sc[r], &o);
     }
 }
 
@@ -307,10 +367,36 @@ static void tile_8x32(const dot_block *a, const dot_block *b, const int8_t *w8, 
     {
         const __m512i s[TM] = {s0, s1, s2, s3, s4, s5, s6, s7};
         const __m512i u[TM] = {u0, u1, u2, u3, u4, u5, u6, u7};
-        const int32_t rq = p->rq, y_zp = p->y_zp, qmin = p->qmin, qmax = p->qmax;
+        const dot_out o = out_consts(mult, shift, p);
+        float sc[TM];
+        row_scales(sc, m0, nr, &o);
+        if (o.fp32 && nr == TM && whole(a) && whole(b)) {
+            /* the common case, written out: the accumulators stay in registers (through the
+             * arrays above they are stored and reloaded, which costs more than the
+             * requantisation itself) */
+            int8_t *ya = y + (size_t)m0 * P + a->pix[0], *yb = y + (size_t)m0 * P + b->pix[0];
+            const size_t P2 = (size_t)P;
+            store16_f32(s0, ya, sc[0], &o);
+            store16_f32(u0, yb, sc[0], &o);
+            store16_f32(s1, ya + P2, sc[1], &o);
+            store16_f32(u1, yb + P2, sc[1], &o);
+            store16_f32(s2, ya + 2 * P2, sc[2], &o);
+            store16_f32(u2, yb + 2 * P2, sc[2], &o);
+            store16_f32(s3, ya + 3 * P2, sc[3], &o);
+            store16_f32(u3, yb + 3 * P2, sc[3], &o);
+            store16_f32(s4, ya + 4 * P2, sc[4], &o);
+            store16_f32(u4, yb + 4 * P2, sc[4], &o);
+            store16_f32(s5, ya + 5 * P2, sc[5], &o);
+            store16_f32(u5, yb + 5 * P2, sc[5], &o);
+            store16_f32(s6, ya + 6 * P2, sc[6], &o);
+            store16_f32(u6, yb + 6 * P2, sc[6], &o);
+            store16_f32(s7, ya + 7 * P2, sc[7], &o);
+            store16_f32(u7, yb + 7 * P2, sc[7], &o);
+            return;
+        }
         for (r = 0; r < nr; ++r) {
-            put_row(a, s[r], m0 + r, y, P, mult, shift, rq, y_zp, qmin, qmax);
-            put_row(b, u[r], m0 + r, y, P, mult, shift, rq, y_zp, qmin, qmax);
+            put_row(a, s[r], m0 + r, y, P, sc[r], &o);
+            put_row(b, u[r], m0 + r, y, P, sc[r], &o);
         }
     }
 }
