@@ -580,7 +580,8 @@ static void row_taps_3_short(int8_t *o, const unsigned char *const r[3], const _
                                      es_mulq16_short(a[3], mult, mult_o, rnd, rest));
         }
         v = _mm512_packs_epi16(_mm512_adds_epi16(p01, yzp16), _mm512_adds_epi16(p23, yzp16));
-        v = _mm512_min_epi8(_mm512_max_epi8(v, qmin8), qmax8);
+        if (!fp32) /* fp32 clamped in float already: with y_zp back, inside [qmin, qmax] */
+            v = _mm512_min_epi8(_mm512_max_epi8(v, qmin8), qmax8);
         _mm512_storeu_si512(o + (size_t)ow * 16, _mm512_permutexvar_epi32(d4, v));
     }
     for (; ow < OW; ++ow) {
