@@ -383,10 +383,12 @@ static inline float es_rq_scale(int32_t mult, int32_t shift) {
 
 /* v rounded half to even, for |v| < 2^22: adding 1.5 * 2^23 leaves no fraction bits, so
  * the float adder rounds in the default mode (nearest, ties to even), as cvtps2dq does.
- * Needs float arithmetic in float (FLT_EVAL_METHOD 0: SSE, NEON, VFP), and no -ffast-math. */
+ * The sum is stored to a float first: where float arithmetic runs wider (x87), C99 rounds
+ * on assignment. Not under -ffast-math, which may fold the two operations away. */
 static inline int32_t es_round_even(float v) {
     const float magic = 12582912.0f;
-    return (int32_t)((v + magic) - magic);
+    const float t = v + magic;
+    return (int32_t)(t - magic);
 }
 
 /* one int32 sum as int8: y_zp + the sum rescaled by (mult, shift), clamped to [qmin, qmax].

@@ -27,8 +27,11 @@ def test_options_reject_unknown_keys():
 
     t = get("c")
     assert t.Options.model_validate({}).weights == "mmap"
+    assert t.Options.model_validate({}).requant == "fp32"
     with pytest.raises(ValidationError):
         t.Options.model_validate({"wieghts": "embedded"})
+    with pytest.raises(ValidationError, match="'fp32' or 'fixed'"):
+        t.Options.model_validate({"requant": "float"})
 
 
 def test_compat_marks_unknown_ops_unsupported_and_names_known_ones():
@@ -79,9 +82,10 @@ def test_host_latency_times_the_inference_not_the_process_and_builds_once(tmp_pa
 def test_convert_int8_calibrates_when_no_qdq_model_is_given(tmp_path, digits_onnx,
                                                             digits_splits):
     t, ctx = _ctx(tmp_path, digits_onnx, digits_splits.calib_x[:64], "int8",
-                  weights="embedded")
+                  weights="embedded", requant="fixed")
     a = t.convert(ctx)
     assert a.precision == "int8" and (a.path / "weights_data.c").exists()
+    assert a.meta["requant"] == "fixed" and ".rq = 1" not in (a.path / "model.c").read_text()
     y = t.runner(a)(digits_splits.val_x[:16])
     assert y.shape == (16, 10)
 

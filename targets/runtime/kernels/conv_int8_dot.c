@@ -214,24 +214,6 @@ static dot_out out_consts(const int32_t *mult, const int32_t *shift, const es_co
     return o;
 }
 
-/* es_requant of 16 sums of channel m into 16 bytes (n stored); scale: channel m's float32
- * scale (ES_RQ_FP32) */
-static inline void requant_row(__m512i acc, int8_t *y, int n, int m, float scale,
-                               const dot_out *o) {
-    __m128i q;
-    if (!o->fp32) {
-        es_requant16_avx512(acc, y, n, o->mult[m], o->shift[m], ES_RQ_FIXED, o->y_zp, o->qmin,
-                            o->qmax);
-        return;
-    }
-    q = _mm512_cvtepi32_epi8(_mm512_add_epi32(
-        es_rqf16_avx512(acc, _mm512_set1_ps(scale), o->lo, o->hi), o->zp));
-    if (n == TP)
-        _mm_storeu_si128((__m128i *)y, q);
-    else
-        _mm_mask_storeu_epi8(y, (__mmask16)((1u << n) - 1u), q);
-}
-
 /* the float32 scales of channels m0 .. m0 + nr - 1 (ES_RQ_FP32; zeros, unused, otherwise),
  * in one vector step */
 static void row_scales(float *sc, int m0, int nr, const dot_out *o) {
@@ -241,38 +223,63 @@ static void row_scales(float *sc, int m0, int nr, const dot_out *o) {
     _mm512_mask_storeu_ps(sc, k, o->fp32 ? s : _mm512_setzero_ps());
 }
 
-/* ES_RQ_FP32 of 16 sums into 16 bytes at y */
-static inline void store16_f32(__m512i acc, int8_t *y, float scale, const dot_out *o) {
+/* a tile's 16 output bytes of one channel to their pixels in that channel's row ym:
+ * straight, or each segment's lanes shuffled down to lane 0 and stored under a mask */
+static inline void store_segments(const dot_block *b, __m128i q, int8_t *ym) {
+    int s;
+    if (b->nseg == 1 && b->lane[0] == 0) {
+        if (b->len[0] == TP)
+            _mm_storeu_si128((__m128i *)(ym + b->pix[0]), q);
+        else
+            _mm_mask_storeu_epi8(ym + b->pix[0], (__mmask16)((1u << b->len[0]) - 1u), q);
+        return;
+    }
+    for (s = 0; s < b->nseg; ++s) {
+        const __m128i from =
+            _mm_add_epi8(_mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm_set1_epi8((char)b->lane[s]));
+        _mm_mask_storeu_epi8(ym + b->pix[s], (__mmask16)((1u << b->len[s]) - 1u),
+                             _mm_shuffle_epi8(q, from));
+    }
+}
+
+/* where a tile that ends the reduction stores: whole, all 16 lanes to the 16 pixels from
+ * pix (nearly every tile of a 1x1 conv), or through its segments. Kept in locals by the
+ * callers: the int8 stores may alias the block, and reloading it per row costs 3%. */
+typedef struct {
+    int whole, pix;
+} dot_dest;
+
+static dot_dest dest(const dot_block *b) {
+    dot_dest d;
+    d.whole = b->nseg == 1 && b->lane[0] == 0 && b->len[0] == TP;
+    d.pix = b->pix[0];
+    return d;
+}
+
+/* ES_RQ_FP32 of one channel's 16 sums in a tile that ends the reduction, into row ym */
+static inline void put_f32(const dot_block *b, dot_dest d, __m512i acc, int8_t *ym,
+                           float scale, const dot_out *o) {
     const __m512i v = es_rqf16_avx512(acc, _mm512_set1_ps(scale), o->lo, o->hi);
-    _mm_storeu_si128((__m128i *)y, _mm512_cvtepi32_epi8(_mm512_add_epi32(v, o->zp)));
+    const __m128i q = _mm512_cvtepi32_epi8(_mm512_add_epi32(v, o->zp));
+    if (d.whole)
+        _mm_storeu_si128((__m128i *)(ym + d.pix), q);
+    else
+        store_segments(b, q, ym);
 }
 
-/* a tile block that ends the reduction and stores all 16 lanes to 16 consecutive pixels */
-static int whole(const dot_block *b) {
-    return b->last && b->nseg == 1 && b->lane[0] == 0 && b->len[0] == TP;
-}
-
-/* the 16 sums of channel m in one tile: kept as partial sums, or requantised into y, straight
- * or through the tile's segments */
+/* the 16 sums of channel m in one tile: kept as partial sums, or requantised into y */
 static inline void put_row(const dot_block *b, __m512i acc, int m, int8_t *y, int P,
                            float scale, const dot_out *o) {
     int8_t v[TP];
-    int s;
     if (!b->last) {
         _mm512_storeu_si512(b->part + (size_t)m * TP, acc);
-    } else if (b->nseg == 1 && b->lane[0] == 0) {
-        requant_row(acc, y + (size_t)m * P + b->pix[0], b->len[0], m, scale, o);
-    } else { /* each segment: its lanes shuffled down to lane 0, one masked store */
-        __m128i q;
-        requant_row(acc, v, TP, m, scale, o);
-        q = _mm_loadu_si128((const __m128i *)v);
-        for (s = 0; s < b->nseg; ++s) {
-            const __m128i from = _mm_add_epi8(
-                _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                _mm_set1_epi8((char)b->lane[s]));
-            _mm_mask_storeu_epi8(y + (size_t)m * P + b->pix[s],
-                                 (__mmask16)((1u << b->len[s]) - 1u), _mm_shuffle_epi8(q, from));
-        }
+    } else if (o->fp32) {
+        put_f32(b, dest(b), acc, y + (size_t)m * P, scale, o);
+    } else {
+        es_requant16_avx512(acc, v, TP, o->mult[m], o->shift[m], ES_RQ_FIXED, o->y_zp, o->qmin,
+                            o->qmax);
+        store_segments(b, _mm_loadu_si128((const __m128i *)v), y + (size_t)m * P);
     }
 }
 
@@ -312,6 +319,20 @@ static void tile_8x16(const dot_block *b, const int8_t *w8, int K4, const int32_
         const dot_out o = out_consts(mult, shift, p);
         float sc[TM];
         row_scales(sc, m0, nr, &o);
+        if (o.fp32 && nr == TM && b->last) { /* as in tile_8x32 */
+            int8_t *ym = y + (size_t)m0 * P;
+            const size_t P2 = (size_t)P;
+            const dot_dest db = dest(b);
+            put_f32(b, db, s0, ym, sc[0], &o);
+            put_f32(b, db, s1, ym + P2, sc[1], &o);
+            put_f32(b, db, s2, ym + 2 * P2, sc[2], &o);
+            put_f32(b, db, s3, ym + 3 * P2, sc[3], &o);
+            put_f32(b, db, s4, ym + 4 * P2, sc[4], &o);
+            put_f32(b, db, s5, ym + 5 * P2, sc[5], &o);
+            put_f32(b, db, s6, ym + 6 * P2, sc[6], &o);
+            put_f32(b, db, s7, ym + 7 * P2, sc[7], &o);
+            return;
+        }
         for (r = 0; r < nr; ++r) put_row(b, s[r], m0 + r, y, P, sc[r], &o);
     }
 }
@@ -370,28 +391,29 @@ static void tile_8x32(const dot_block *a, const dot_block *b, const int8_t *w8, 
         const dot_out o = out_consts(mult, shift, p);
         float sc[TM];
         row_scales(sc, m0, nr, &o);
-        if (o.fp32 && nr == TM && whole(a) && whole(b)) {
+        if (o.fp32 && nr == TM && a->last && b->last) {
             /* the common case, written out: the accumulators stay in registers (through the
              * arrays above they are stored and reloaded, which costs more than the
              * requantisation itself) */
-            int8_t *ya = y + (size_t)m0 * P + a->pix[0], *yb = y + (size_t)m0 * P + b->pix[0];
+            int8_t *ym = y + (size_t)m0 * P;
             const size_t P2 = (size_t)P;
-            store16_f32(s0, ya, sc[0], &o);
-            store16_f32(u0, yb, sc[0], &o);
-            store16_f32(s1, ya + P2, sc[1], &o);
-            store16_f32(u1, yb + P2, sc[1], &o);
-            store16_f32(s2, ya + 2 * P2, sc[2], &o);
-            store16_f32(u2, yb + 2 * P2, sc[2], &o);
-            store16_f32(s3, ya + 3 * P2, sc[3], &o);
-            store16_f32(u3, yb + 3 * P2, sc[3], &o);
-            store16_f32(s4, ya + 4 * P2, sc[4], &o);
-            store16_f32(u4, yb + 4 * P2, sc[4], &o);
-            store16_f32(s5, ya + 5 * P2, sc[5], &o);
-            store16_f32(u5, yb + 5 * P2, sc[5], &o);
-            store16_f32(s6, ya + 6 * P2, sc[6], &o);
-            store16_f32(u6, yb + 6 * P2, sc[6], &o);
-            store16_f32(s7, ya + 7 * P2, sc[7], &o);
-            store16_f32(u7, yb + 7 * P2, sc[7], &o);
+            const dot_dest da = dest(a), db = dest(b);
+            put_f32(a, da, s0, ym, sc[0], &o);
+            put_f32(b, db, u0, ym, sc[0], &o);
+            put_f32(a, da, s1, ym + P2, sc[1], &o);
+            put_f32(b, db, u1, ym + P2, sc[1], &o);
+            put_f32(a, da, s2, ym + 2 * P2, sc[2], &o);
+            put_f32(b, db, u2, ym + 2 * P2, sc[2], &o);
+            put_f32(a, da, s3, ym + 3 * P2, sc[3], &o);
+            put_f32(b, db, u3, ym + 3 * P2, sc[3], &o);
+            put_f32(a, da, s4, ym + 4 * P2, sc[4], &o);
+            put_f32(b, db, u4, ym + 4 * P2, sc[4], &o);
+            put_f32(a, da, s5, ym + 5 * P2, sc[5], &o);
+            put_f32(b, db, u5, ym + 5 * P2, sc[5], &o);
+            put_f32(a, da, s6, ym + 6 * P2, sc[6], &o);
+            put_f32(b, db, u6, ym + 6 * P2, sc[6], &o);
+            put_f32(a, da, s7, ym + 7 * P2, sc[7], &o);
+            put_f32(b, db, u7, ym + 7 * P2, sc[7], &o);
             return;
         }
         for (r = 0; r < nr; ++r) {
