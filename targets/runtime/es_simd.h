@@ -6,6 +6,14 @@
 #define ES_SIMD_H
 #include "edgesmith_rt.h"
 
+/* a helper kept out of line where inlining it into a kernel's loop nest measured slower
+ * (its vector state spills, or the hot loops lose their alignment) */
+#if defined(__GNUC__)
+#define ES_NOINLINE __attribute__((noinline))
+#else
+#define ES_NOINLINE
+#endif
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 /* es_mul_q on 16 lanes for any shift, bit-identical to the scalar: AVX-512 has the 64-bit

@@ -68,13 +68,8 @@
 #include <immintrin.h>
 #endif
 
-/* The per-row steps stay separate functions: inlined into one loop nest, their vector
- * state spills and the kernel runs up to 1.5x slower (GCC 12, AVX-512). */
-#if defined(__GNUC__)
-#define ES_DW_NOINLINE __attribute__((noinline))
-#else
-#define ES_DW_NOINLINE
-#endif
+/* The per-row steps stay separate functions (ES_NOINLINE): inlined into one loop nest,
+ * their vector state spills and the kernel runs up to 1.5x slower (GCC 12, AVX-512). */
 
 /* Where things are in scratch: the plan, each region on a multiple of 64 bytes, summing to
  * ES_I8_DW_HWC_SCRATCH(KH, KW, DH, DW, W, OW, Wp), whose terms are these in turn (the
@@ -272,7 +267,7 @@ static inline void load_tr_dwords(__m512i z[4], const int8_t *src, size_t cstrid
  * dword before the row and those past it are the padding. Only the columns the stride
  * reads (j a multiple of step = gcd(SW, 4)) are made. Transposing input rather than padded
  * columns means a W = 16 row is one transpose, not two with the second nearly empty. */
-ES_DW_NOINLINE static void fill_row_quads(unsigned char *dst, const int8_t *src,
+ES_NOINLINE static void fill_row_quads(unsigned char *dst, const int8_t *src,
                                           size_t cstride, int nc, int lo, int n, int Wp,
                                           int step, int32_t xzp) {
     const __m128i zp8 = _mm_set1_epi8((char)xzp);
@@ -323,7 +318,7 @@ static inline __m512i funnel(__m512i lo, __m512i hi, int k) {
  * after row r + b - 1's, row r's being slot). The quad at padded column j
  * of row b is flat bytes f .. f+3, f = b*W + j - lo, two neighbouring dwords funnel-shifted;
  * bytes outside the row's input columns are replaced by the padding. */
-ES_DW_NOINLINE static void fill_rows_narrow(const dw_scratch *s, const int8_t *src,
+ES_NOINLINE static void fill_rows_narrow(const dw_scratch *s, const int8_t *src,
                                             size_t cstride, int nc, int nb, int W, int lo,
                                             int n, int Wp, int r, int slot, int step,
                                             int32_t xzp) {
@@ -389,7 +384,7 @@ static inline __m512i quads16(__m128i c0, __m128i c1, __m128i c2, __m128i c3) {
 
 /* One padded row into a ring slot for any DW: transposed into byte columns (+ 128) in
  * s->cols, Wp + 3 DW of them, then column j gathers columns j, j+DW, j+2DW, j+3DW */
-ES_DW_NOINLINE static void fill_row_dilated(const dw_scratch *s, unsigned char *dst,
+ES_NOINLINE static void fill_row_dilated(const dw_scratch *s, unsigned char *dst,
                                             const int8_t *src, size_t cstride, int nc, int lo,
                                             int n, int Wp, int DW, int32_t xzp) {
     const __m128i zp8 = _mm_set1_epi8((char)xzp);
@@ -595,7 +590,7 @@ static void row_taps_3_short(int8_t *o, const unsigned char *const r[3], const _
 
 /* one output row of the block into o, OW columns of 16 bytes; the bias less the
  * unsigned-input correction of the kernel rows that exist */
-ES_DW_NOINLINE static void block_row(int8_t *o, const dw_scratch *s, int nv, __m512i bias,
+ES_NOINLINE static void block_row(int8_t *o, const dw_scratch *s, int nv, __m512i bias,
                                      const dw_rq *rq, const es_conv_params *p) {
     int i;
     for (i = 0; i < nv; ++i)
@@ -862,7 +857,7 @@ static void requant16(int8_t *o, const int32_t *a, const dw_consts *k, const es_
 }
 
 /* one output row of the block into o, OW columns of 16 bytes, 8 columns at a time */
-ES_DW_NOINLINE static void block_row(int8_t *o, const dw_scratch *s, int nv,
+ES_NOINLINE static void block_row(int8_t *o, const dw_scratch *s, int nv,
                                      const dw_consts *k, const es_conv_params *p) {
     const int KW = p->KW, SW = p->SW, DW = p->DW;
     int32_t acc[8 * 16];
