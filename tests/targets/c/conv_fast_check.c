@@ -30,6 +30,8 @@ int main(int argc, char **argv) {
     for (i = 0; i < (int)nw; ++i) w[i] = (int8_t)(r(255) - 127);
     for (i = 0; i < p.M; ++i) { b[i] = r(20001) - 10000; mu[i] = (1 << 30) + r(1 << 30); sh[i] = -(6 + r(6)); }
     p.rq = r(2) ? ES_RQ_FP32 : ES_RQ_FIXED; /* fp32: float32 scales, a 24-bit significand */
+    p.y_zp = r(256) - 128; /* and the output range whole or Relu / Relu6-like */
+    if (r(2)) { p.qmin = p.y_zp; p.qmax = p.y_zp + r(128 - p.y_zp); }
     for (i = 0; i < p.M && p.rq == ES_RQ_FP32; ++i) mu[i] &= ~0x7f;
     for (i = 0; i < (int)nw; ++i) {
         int m = i / p.C, c = i % p.C;
