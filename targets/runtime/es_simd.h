@@ -112,6 +112,13 @@ static inline __m512i es_rqf16_avx512(__m512i acc, __m512 scale, __m512 lo, __m5
     return _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(v, lo), hi));
 }
 
+/* es_rqf16_avx512 with the upper clamp only, for callers that narrow with saturating packs
+ * and clamp to qmin in bytes: cvtps2dq turns a too negative value into INT32_MIN, which
+ * saturates to the lowest byte as any value below qmin - y_zp would */
+static inline __m512i es_rqf16_hi_avx512(__m512i acc, __m512 scale, __m512 hi) {
+    return _mm512_cvtps_epi32(_mm512_min_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc), scale), hi));
+}
+
 /* es_rq_scale of 16 lanes */
 static inline __m512 es_rq_scale16(__m512i mult, __m512i shift) {
     const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(shift, _mm512_set1_epi32(126)), 23);

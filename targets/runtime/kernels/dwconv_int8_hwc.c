@@ -548,7 +548,7 @@ static void row_taps_3_short(int8_t *o, const unsigned char *const r[3], const _
                             __m512i bias, const dw_rq *rq, int OW, int SW) {
     const __m512i d4 = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
     const __m512i mult = rq->r.mult, mult_o = rq->r.mult_o, rest = rq->r.rest1, rnd = rq->r.rnd;
-    const __m512 scale = rq->r.scale, lo = rq->r.lo, hi = rq->r.hi;
+    const __m512 scale = rq->r.scale, hi = rq->r.hi;
     const int fp32 = rq->r.fp32;
     const __m512i yzp16 = rq->yzp16, qmin8 = rq->qmin8, qmax8 = rq->qmax8;
     const __m512i w0 = w[0], w1 = w[1], w2 = w[2];
@@ -564,10 +564,10 @@ static void row_taps_3_short(int8_t *o, const unsigned char *const r[3], const _
         tap4(a, r2 + off, sc, w2);
         /* as store4 */
         if (fp32) {
-            p01 = _mm512_packs_epi32(es_rqf16_avx512(a[0], scale, lo, hi),
-                                     es_rqf16_avx512(a[1], scale, lo, hi));
-            p23 = _mm512_packs_epi32(es_rqf16_avx512(a[2], scale, lo, hi),
-                                     es_rqf16_avx512(a[3], scale, lo, hi));
+            p01 = _mm512_packs_epi32(es_rqf16_hi_avx512(a[0], scale, hi),
+                                     es_rqf16_hi_avx512(a[1], scale, hi));
+            p23 = _mm512_packs_epi32(es_rqf16_hi_avx512(a[2], scale, hi),
+                                     es_rqf16_hi_avx512(a[3], scale, hi));
         } else {
             p01 = _mm512_packs_epi32(es_mulq16_short(a[0], mult, mult_o, rnd, rest),
                                      es_mulq16_short(a[1], mult, mult_o, rnd, rest));
@@ -575,8 +575,8 @@ static void row_taps_3_short(int8_t *o, const unsigned char *const r[3], const _
                                      es_mulq16_short(a[3], mult, mult_o, rnd, rest));
         }
         v = _mm512_packs_epi16(_mm512_adds_epi16(p01, yzp16), _mm512_adds_epi16(p23, yzp16));
-        if (!fp32) /* fp32 clamped in float already: with y_zp back, inside [qmin, qmax] */
-            v = _mm512_min_epi8(_mm512_max_epi8(v, qmin8), qmax8);
+        /* fp32 clamped to qmax - y_zp in float already */
+        v = fp32 ? _mm512_max_epi8(v, qmin8) : _mm512_min_epi8(_mm512_max_epi8(v, qmin8), qmax8);
         _mm512_storeu_si512(o + (size_t)ow * 16, _mm512_permutexvar_epi32(d4, v));
     }
     for (; ow < OW; ++ow) {
