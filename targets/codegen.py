@@ -168,7 +168,8 @@ def _model_c(g: Graph, plan: Plan, wl: wts.WeightsLayout, embedded: bool) -> str
             args = []
             for a in c.args:
                 if isinstance(a, Ref) and a.name.startswith("__scratch"):
-                    args.append(f"(void *)(A + {plan.offsets[f'__scratch_{i}']})")
+                    # a step that needs none still gets a valid pointer, the arena's start
+                    args.append(f"(void *)(A + {plan.offsets.get(f'__scratch_{i}', 0)})")
                 else:
                     args.append(w.arg(a, f"P{i}_{j}"))
             body.append(f"        {c.fn}({', '.join(args)});")

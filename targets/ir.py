@@ -38,6 +38,7 @@ class Tensor:
     data: np.ndarray | None = None  # constants only, already packed
     scale: np.ndarray | None = None  # int8 activations: per-tensor scale (size 1)
     zero_point: int = 0
+    slack: int = 0  # readable bytes the planner keeps after it (a kernel's vector overread)
 
     @property
     def size(self) -> int:
@@ -330,6 +331,10 @@ class Lowerer:
         gr = Graph(self.tensors, self.steps, inputs, outputs, input_names,
                    list(self.graph_outputs), self.precision)
         _prune_unused(gr)
+        if self.precision == "int8":
+            from .lower.int8 import hand_over_quads
+
+            hand_over_quads(gr)
         gr.model_id = _model_id(gr)
         return gr
 

@@ -158,7 +158,7 @@ def plan(g: Graph, alignment: int = 64, inplace: bool = True) -> Plan:
 
     ivs = []
     for root, ms in members.items():
-        size = max(g.tensors[m].nbytes for m in ms)
+        size = max(g.tensors[m].nbytes + g.tensors[m].slack for m in ms)
         ivs.append(Interval(root, min(first[m] for m in ms), max(last[m] for m in ms),
                             align(max(size, 1), alignment)))
     for i, st in enumerate(g.steps):

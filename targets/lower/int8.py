@@ -512,10 +512,43 @@ def dot_i8_scratch(p: dict) -> int:
         s, hq, wq = 1, hp, wp
     tb = min(-(-32 // c4), taps)
     kt = tb if not direct and tb * c4 + p["M"] < taps * c4 else taps
-    n = 4 * s * s * hq * wq * c4 + 64 + (4 * wp if s > 1 else 0)
+    n = (0 if p.get("x_quads") else 4 * s * s * hq * wq * c4 + 64) + (4 * wp if s > 1 else 0)
     if not direct:
         n += 64 * kt * c4
     return n + (64 * p["M"] if kt < taps else 0)
+
+
+def hand_over_quads(g) -> int:
+    """Depthwise conv -> 1x1 conv pairs (an inverted residual block's middle) that keep the
+    tensor between them in es_conv2d_i8_dot's input layout, uint8 channel-quad planes
+    (es_conv_params y_quads / x_quads): the depthwise kernel writes them in one dword
+    transpose per 16 pixels instead of transposing to CHW, and the 1x1 conv skips turning
+    CHW back into planes. Only where the 1x1 conv is the tensor's one reader and reads it
+    in place (stride 1, unpadded, batch 1) and the channels fill whole quads. The tensor
+    gets 64 bytes of slack, which the dot kernel's last tile may read. Returns the count."""
+    readers: dict[str, int] = {}
+    for st in g.steps:
+        for t in st.inputs:
+            readers[t] = readers.get(t, 0) + 1
+    producer = {t: st for st in g.steps for t in st.outputs}
+    n = 0
+    for st in g.steps:
+        if len(st.calls) != 1 or st.calls[0].fn != "es_conv2d_i8_dot":
+            continue
+        p = st.calls[0].args[-1]
+        x = st.inputs[0]
+        src = producer.get(x)
+        if (src is None or len(src.calls) != 1 or src.calls[0].fn != "es_dwconv2d_i8_hwc"
+                or readers.get(x) != 1 or g.tensors[x].kind != "act" or p["C"] % 4
+                or (p["KH"], p["KW"], p["SH"], p["SW"], p["PT"], p["PL"]) != (1, 1, 1, 1, 0, 0)
+                or (p["OH"], p["OW"]) != (p["H"], p["W"])):
+            continue
+        p["x_quads"] = 1
+        src.calls[0].args[-1]["y_quads"] = 1
+        st.scratch = dot_i8_scratch(p)
+        g.tensors[x].slack = 64
+        n += 1
+    return n
 
 
 def dw_hwc_scratch(p: dict) -> int:

@@ -87,6 +87,13 @@ typedef struct {
     float a0, a1;                      /* activation bounds/slope */
     int32_t x_zp, y_zp, qmin, qmax;    /* int8 only */
     int32_t rq;                        /* int8 only: ES_RQ_FIXED or ES_RQ_FP32 */
+    /* int8 only: x (es_conv2d_i8_dot) or y (es_dwconv2d_i8_hwc) is not CHW but the dot
+     * kernel's own input layout, uint8 channel-quad planes: word j of plane c4 holds the
+     * bytes x[4*c4 + i][j] + 128, i = 0..3, and 64 readable bytes follow the last plane.
+     * The generator hands a depthwise conv's output to the 1x1 conv after it this way, so
+     * neither transposes it to CHW and back; x_quads needs a 1x1, stride-1, unpadded conv
+     * and y_quads a channel count that is a multiple of 4. */
+    int32_t x_quads, y_quads;
 } es_conv_params;
 
 typedef struct {
@@ -267,10 +274,11 @@ static inline es_dot_plan es_i8_dot_plan(const es_conv_params *p) {
 
 /* the im2col block and partial sums (im2col walk only), then the padded input as C4 quad
  * planes of S*S phases of Hq*Wq 32-bit words, then 64 bytes that a direct tile's unused
- * lanes may read, then (S == 2) one padded row of Wp words to split into phases */
+ * lanes may read (neither with x_quads: x is those planes), then (S == 2) one padded row of
+ * Wp words to split into phases */
 static inline size_t es_i8_dot_scratch(const es_conv_params *p) {
     const es_dot_plan d = es_i8_dot_plan(p);
-    size_t n = 4u * (size_t)d.S * d.S * d.Hq * d.Wq * d.C4 + 64u;
+    size_t n = p->x_quads ? 0u : 4u * (size_t)d.S * d.S * d.Hq * d.Wq * d.C4 + 64u;
     if (d.S > 1) n += 4u * (size_t)d.Wp;
     if (!d.direct) n += 64u * (size_t)d.KT * (size_t)d.C4;
     if (d.KT < d.T) n += 64u * (size_t)p->M;

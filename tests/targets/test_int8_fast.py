@@ -109,7 +109,7 @@ def test_fast_int8_conv_stays_inside_its_scratch_under_asan(tmp_path):
                tmp_path / "check_asan")
     keys = ["C", "H", "W", "M", "KH", "KW", "SH", "SW", "PT", "PL", "DH", "DW", "group"]
     env = {"ASAN_OPTIONS": "detect_leaks=0", "PATH": "/usr/bin:/bin"}
-    n = 0
+    n = nq = 0
     for args in _cases(80, seed=3):
         p = subprocess.run([str(b), *map(str, args)], capture_output=True, text=True,
                            timeout=60, env=env)
@@ -121,7 +121,11 @@ def test_fast_int8_conv_stays_inside_its_scratch_under_asan(tmp_path):
             line = next(x for x in p.stdout.splitlines() if x.startswith("cl_scratch"))
             assert int(line.split()[1]) == cl_i8_scratch(geo), (args, line)
             n += 1
-    assert n > 40
+        line = next((x for x in p.stdout.splitlines() if x.startswith("dotq_scratch")), None)
+        if line:  # a 1x1 conv on quad planes (x_quads) needs none
+            assert int(line.split()[1]) == dot_i8_scratch({**geo, "x_quads": 1}) == 0
+            nq += 1
+    assert n > 40 and nq > 5
 
 
 def test_generated_int8_model_uses_fast_paths_and_reference_switch(work, digits_qdq):
@@ -228,3 +232,35 @@ def test_fp32_requantization_is_float32_multiply_rounded_half_to_even(name, cc, 
         want = int(np.clip(np.rint(np.clip(v, f32(lo - zp), f32(hi - zp))) + zp, lo, hi))
         assert scalar == want, (name, acc, m, sh, zp, scalar, want)
         assert store == want and lanes == want, (name, acc, m, sh, store, lanes, want)
+
+
+@pytest.mark.skipif(not _cpu_has("avx512_vnni"), reason="this CPU has no AVX-512 VNNI")
+def test_depthwise_hands_quad_planes_to_the_next_1x1_conv(work, digits_qdq, digits_c_int8,
+                                                          digits_splits):
+    """Built for AVX-512 VNNI, a depthwise conv whose only reader is a 1x1 conv writes the
+    dot kernel's quad planes (y_quads) and the 1x1 conv reads them as they are (x_quads,
+    no scratch for them): the outputs are byte for byte the portable build's."""
+    from edgesmith.targets import run
+    from edgesmith.targets.ir import lower
+    from edgesmith.targets.isa import VNNI
+    from tests.targets._helpers import compile_harness, generate
+
+    g = lower(digits_qdq, "int8", VNNI)
+    pairs = [(st, c.args[-1]) for st in g.steps for c in st.calls
+             if isinstance(c.args[-1], dict) and c.args[-1].get("x_quads")]
+    assert pairs and all(st.scratch == 0 and g.tensors[st.inputs[0]].slack == 64
+                         for st, _ in pairs)
+    out = generate(digits_qdq, work / "digits_c_vnni", precision="int8",
+                   cflags="-O3 -march=native")
+    text = (out / "model.c").read_text()
+    assert ".x_quads = 1" in text and ".y_quads = 1" in text
+    x = digits_splits.val_x[:200]
+    assert np.array_equal(run.run(out, x), run.run(digits_c_int8, x))
+    # the same build under ASan + UBSan: the 1x1 conv's reads of the planes stay in the
+    # tensor and its slack, resumable slices and all
+    h = compile_harness(out, out / "harness_san", ["-O1", "-g", "-march=native",
+                                                   "-fsanitize=address,undefined",
+                                                   "-fno-sanitize-recover=all"])
+    p = subprocess.run([str(h), "slice", "4"], capture_output=True, text=True, cwd=out,
+                       timeout=300)
+    assert p.returncode == 0 and '"same": 1' in p.stdout, p.stdout + p.stderr

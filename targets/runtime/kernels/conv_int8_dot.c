@@ -33,7 +33,8 @@
  * first; long reductions then run in blocks of KT taps with [M][16] int32 partial sums
  * carried between them, when that needs less scratch than one whole tile (the arena is
  * sized by the largest scratch). es_i8_dot_plan (edgesmith_rt.h) decides; without VNNI
- * the same tile loops run in plain C. */
+ * the same tile loops run in plain C. With x_quads (a 1x1 conv right after a depthwise
+ * conv that wrote its output as these planes, y_quads) the conversion is skipped. */
 #include <string.h>
 
 #include "../edgesmith_rt.h"
@@ -583,14 +584,17 @@ void es_conv2d_i8_dot(const int8_t *x, const int8_t *w8, const int32_t *bias_u8,
     const size_t phase = (size_t)d.Hq * d.Wq;
     uint32_t *col = (uint32_t *)scratch;
     int32_t *part = scratch + (d.direct ? 0 : (size_t)d.KT * C4 * TP);
-    uint32_t *xt = (uint32_t *)part + (d.KT < T ? (size_t)p->M * TP : 0);
-    uint32_t *rowbuf = xt + phase * S * S * C4 + 16; /* after the 64 bytes of slack */
+    uint32_t *planes = (uint32_t *)part + (d.KT < T ? (size_t)p->M * TP : 0);
+    uint32_t *rowbuf = planes + phase * S * S * C4 + 16; /* after the 64 bytes of slack */
+    /* with x_quads (a 1x1, stride-1, unpadded conv: one phase, Hp * Wp = H * W), x already
+     * is the planes, 64 readable bytes after them */
+    const uint32_t *xt = p->x_quads ? (const uint32_t *)(const void *)x : planes;
     size_t tap[ES_DOT_MAXT];
     dot_block b;
     b.part = part;
     b.C4 = C4;
     b.c4_step = phase * S * S * 4;
-    to_quads_u8(x, xt, rowbuf, &d, p);
+    if (!p->x_quads) to_quads_u8(x, planes, rowbuf, &d, p);
     if (d.direct) {
         /* flattened phase-plane positions up to the last output; tap (kh, kw) reads phase
          * (kh*DH % S, kw*DW % S) shifted by (kh*DH / S, kw*DW / S) */

@@ -22,9 +22,11 @@
  *     never stored; their taps are skipped.
  *  2. Taps. acc[ow][c] = bias[c] + sum over taps of xrow[ow*SW + kw*DW][c] * w[kh][kw][c],
  *     16 channels per vector, unit stride in memory.
- *  3. Output. Accumulators are requantised per channel (es_mul_q per lane) into 16 bytes
+ *  3. Output. Accumulators are requantised per channel (es_requant per lane) into 16 bytes
  *     per output column; once a few output rows hold at least 16 columns, the block
- *     [column][16 channels] is transposed into 16 CHW runs of contiguous bytes.
+ *     [column][16 channels] is transposed into 16 CHW runs of contiguous bytes, or, with
+ *     y_quads (the generator hands the tensor to a 1x1 conv on the dot kernel), into the
+ *     four uint8 channel-quad planes that kernel reads (a dword transpose, store_quads).
  *
  * Weights are packed by the generator as int8 [KH][KW][Cp], Cp = C rounded up to 16, zero
  * in the padded channels: the 16 weights of one tap and channel block are one load.
@@ -645,6 +647,25 @@ static void store_cols(int8_t *y, const int8_t *o, int n, size_t plane, int nc) 
     }
 }
 
+/* n output columns of 16 bytes (o, capacity rounded up to 16 columns) as the dot kernel's
+ * uint8 channel-quad planes (es_conv_params.y_quads): word j of plane q is bytes 4q..4q+3
+ * of column j, + 128, at y + q*qstride + 4j; nc a multiple of 4. One dword transpose per
+ * 16 columns, where store_cols needs a byte transpose. */
+static void store_quads(int8_t *y, const int8_t *o, int n, size_t qstride, int nc) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    int j0, q;
+    for (j0 = 0; j0 < n; j0 += 16) {
+        const int m = n - j0 < 16 ? n - j0 : 16;
+        const __mmask16 lm = (__mmask16)((1u << m) - 1u);
+        __m512i a[4], z[4];
+        for (q = 0; q < 4; ++q) a[q] = _mm512_loadu_si512(o + (size_t)(j0 + 4 * q) * 16);
+        tr_dwords(a, z);
+        for (q = 0; q < nc / 4; ++q)
+            _mm512_mask_storeu_epi32(y + (size_t)q * qstride + (size_t)j0 * 4, lm,
+                                     _mm512_xor_si512(z[q], flip));
+    }
+}
+
 #else /* portable C */
 
 #if defined(__AVX2__)
@@ -906,6 +927,17 @@ static void store_cols(int8_t *y, const int8_t *o, int n, size_t plane, int nc) 
     }
 }
 
+/* store_cols for y_quads: word j of plane q is bytes 4q..4q+3 of column j, + 128 */
+static void store_quads(int8_t *y, const int8_t *o, int n, size_t qstride, int nc) {
+    int q, j, k;
+    for (q = 0; q < nc / 4; ++q) {
+        int8_t *d = y + (size_t)q * qstride;
+        for (j = 0; j < n; ++j)
+            for (k = 0; k < 4; ++k)
+                d[4 * j + k] = (int8_t)(uint8_t)((uint8_t)o[(size_t)j * 16 + 4 * q + k] ^ 0x80u);
+    }
+}
+
 #endif
 
 void es_dwconv2d_i8_hwc(const int8_t *x, const int8_t *w, const int32_t *bias,
@@ -992,8 +1024,12 @@ void es_dwconv2d_i8_hwc(const int8_t *x, const int8_t *w, const int32_t *bias,
             block_row(s.obuf + (size_t)orow * OW * 16, &s, nv, &k, p);
 #endif
             if (++orow == s.rb || oh == OH - 1) {
-                store_cols(y + (size_t)cb * plane + (size_t)(oh + 1 - orow) * OW, s.obuf,
-                           orow * OW, plane, nc);
+                const size_t pix = (size_t)(oh + 1 - orow) * OW; /* the first row's pixel */
+                if (p->y_quads) /* block cb is quad planes cb/4 .. of 4*plane bytes each */
+                    store_quads(y + (size_t)cb * plane + 4 * pix, s.obuf, orow * OW,
+                                4 * plane, nc);
+                else
+                    store_cols(y + (size_t)cb * plane + pix, s.obuf, orow * OW, plane, nc);
                 orow = 0;
             }
         }

@@ -75,6 +75,24 @@ int main(int argc, char **argv) {
         memset(y1, 0, ny);
         es_conv2d_i8_cl(x, wc, bu, mu, sh, cs, y1, &p);
         if (memcmp(y0, y1, ny)) { printf("cl differs\n"); return 1; }
+        if (pw && p.C % 4 == 0) { /* x as the quad planes a depthwise conv hands over */
+            const size_t P = (size_t)p.H * p.W;
+            uint8_t *xq = malloc(nx + 64); /* the 64 readable bytes after the planes */
+            int32_t *qs;
+            for (i = 0; i < (int)nx; ++i)
+                xq[(size_t)(i / P / 4) * 4 * P + 4 * (i % P) + (size_t)(i / P) % 4] =
+                    (uint8_t)(x[i] ^ 0x80);
+            memset(xq + nx, 0x5a, 64);
+            p.x_quads = 1;
+            qs = malloc(es_i8_dot_scratch(&p) + 1);
+            memset(y1, 0, ny);
+            es_conv2d_i8_dot((const int8_t *)xq, w8, bu, mu, sh, qs, y1, &p);
+            printf("dotq_scratch %lu\n", (unsigned long)es_i8_dot_scratch(&p));
+            p.x_quads = 0;
+            free(xq);
+            free(qs);
+            if (memcmp(y0, y1, ny)) { printf("dot on quads differs\n"); return 1; }
+        }
         /* for lower/int8.py's mirrors */
         printf("dot_scratch %lu\n", (unsigned long)es_i8_dot_scratch(&p));
         printf("cl_scratch %lu\n", (unsigned long)es_i8_cl_scratch(&p));

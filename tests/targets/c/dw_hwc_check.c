@@ -1,7 +1,8 @@
 /* Runs es_conv2d_i8 (reference) and es_dwconv2d_i8_hwc on one random depthwise conv; exit 1
  * if they differ or if the kernel writes past ES_I8_DW_HWC_SCRATCH bytes of scratch or past
  * the output. Per-channel multipliers and shifts are drawn wide (shift > 0 and tiny or
- * negative multipliers included), and the output clamp is sometimes a Relu6-like range.
+ * negative multipliers included), and the output clamp is sometimes a Relu6-like range;
+ * with 4k channels the output is sometimes the dot kernel's quad planes (y_quads).
  * argv: C H W M KH KW SH SW PT PL DH DW group x_zp seed OH OW (M == group == C) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +65,17 @@ int main(int argc, char **argv) {
         wp[(size_t)t * Cp + c] = w[i];
     }
     es_conv2d_i8(x, w, b, mu, sh, acc, y0, &p);
+    if (p.C % 4 == 0 && r(2)) { /* the dot kernel's quad planes instead of CHW */
+        const int plane = p.OH * p.OW;
+        int8_t *t = malloc(ny);
+        p.y_quads = 1;
+        for (i = 0; i < (int)ny; ++i) { /* y0[c][j] -> byte 4*j + c % 4 of plane c / 4 */
+            const int c = i / plane, j = i % plane;
+            t[(size_t)(c / 4) * 4 * plane + 4 * j + c % 4] = (int8_t)(y0[i] ^ 0x80);
+        }
+        memcpy(y0, t, ny);
+        free(t);
+    }
     for (run = 0; run < 2; ++run) { /* twice: the second run starts from dirty scratch */
         for (i = 0; i < (int)(ns + CANARY); ++i) sc[i] = (unsigned char)(run ? sc[i] : r(256));
         for (i = 0; i < CANARY; ++i) sc[ns + i] = (unsigned char)(0xa5 ^ i);
