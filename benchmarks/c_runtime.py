@@ -85,11 +85,15 @@ def _litert_times(it, runs: int) -> np.ndarray:
 def _head_to_head(binary: Path, cwd: Path, it, runs: int, rounds: int) -> dict:
     """C and LiteRT in alternating rounds, so that a slow spell of this (shared, 2-core)
     machine hits both: the ratio is the median over rounds of C p50 / LiteRT p50, each
-    pair measured back to back; the minimums are reported beside it."""
+    pair measured back to back; the minimums are reported beside it. Each side first runs
+    as many untimed inferences as it times: the C binary starts as a new process, often on
+    the core that sat idle (at a low clock) while LiteRT ran, and 10 warm-up runs (1.5 ms
+    of a MobileNetV2-style model) left its p50 up to 1.4x its minimum in some rounds."""
     per, c_min, l_min = [], [], []
     for _ in range(rounds):
-        c = run.run_bench(binary, ["--input", "in.raw", "--runs", str(runs), "--warmup", "10"],
-                          cwd=cwd)["latency_ms"]
+        c = run.run_bench(binary, ["--input", "in.raw", "--runs", str(runs), "--warmup",
+                                   str(runs)], cwd=cwd)["latency_ms"]
+        _litert_times(it, runs)  # the same warm-up on LiteRT's side
         lt = _litert_times(it, runs)
         per.append((c["p50"], float(np.median(lt))))
         c_min.append(c["min"])
