@@ -1,6 +1,7 @@
-"""INT8 Add/Sub: the AVX2 / NEON paths of es_add_i8 are bit-identical to the per-element
-reference es_add_i8_ref on random lengths, zero points, scales and fused clamps (same
-shapes; broadcasting, es_add_i8_bcast, is checked in test_int8_broadcast)."""
+"""INT8 Add/Sub: the SIMD paths of es_add_i8 are bit-identical to the per-element reference
+es_add_i8_ref on random lengths, zero points, scales and fused clamps, in both
+requantisation modes (same shapes; broadcasting, es_add_i8_bcast, is checked in
+test_int8_broadcast), and the fp32 reference is onnxruntime's float arithmetic."""
 
 from __future__ import annotations
 
@@ -33,17 +34,6 @@ def _cases(n: int, seed: int = 0):
                bsh, ym, ysh, qmin, qmax, i % 2]
 
 
-@pytest.mark.parametrize(("name", "cc", "flags", "wrapper"), FLAVOURS)
-def test_fast_int8_add_is_bit_identical_to_reference(name, cc, flags, wrapper, tmp_path):
-    b = tmp_path / f"add_{name}"
-    subprocess.run([cc, *flags, "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{RT}",
-                    str(CHECK), str(RT / "kernels/add_int8.c"), "-o", str(b)], check=True)
-    for args in _cases(20 if wrapper else 60):
-        p = subprocess.run([*wrapper, str(b), *map(str, args)], capture_output=True, text=True,
-                           timeout=60)
-        assert p.returncode == 0, f"{name} {args}: {p.stdout}{p.stderr}"
-
-
 def _f32_cases(n: int, seed: int = 1):
     """The fixed-point cases' geometry with float32 scales (ES_RQ_FP32)."""
     rng = np.random.default_rng(seed)
@@ -51,12 +41,19 @@ def _f32_cases(n: int, seed: int = 1):
         yield [*args, *(repr(float(np.float32(s))) for s in np.exp(rng.uniform(-6, 0, size=3)))]
 
 
-@pytest.mark.parametrize(("name", "cc", "flags", "wrapper"), FLAVOURS)
-def test_fp32_int8_add_is_bit_identical_to_reference(name, cc, flags, wrapper, tmp_path):
-    b = tmp_path / f"add_f32_{name}"
+def _build(cc: str, flags: list[str], out: Path) -> Path:
     subprocess.run([cc, *flags, "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{RT}",
-                    str(CHECK), str(RT / "kernels/add_int8.c"), "-o", str(b)], check=True)
-    for args in _f32_cases(20 if wrapper else 60):
+                    str(CHECK), str(RT / "kernels/add_int8.c"), "-o", str(out)], check=True)
+    return out
+
+
+@pytest.mark.parametrize("mode", ["fixed", "fp32"])
+@pytest.mark.parametrize(("name", "cc", "flags", "wrapper"), FLAVOURS)
+def test_fast_int8_add_is_bit_identical_to_reference(name, cc, flags, wrapper, mode,
+                                                     tmp_path):
+    b = _build(cc, flags, tmp_path / f"add_{name}_{mode}")
+    n = 20 if wrapper else 60
+    for args in _cases(n) if mode == "fixed" else _f32_cases(n):
         p = subprocess.run([*wrapper, str(b), *map(str, args)], capture_output=True, text=True,
                            timeout=60)
         assert p.returncode == 0, f"{name} {args}: {p.stdout}{p.stderr}"
@@ -66,9 +63,7 @@ def test_fp32_int8_add_is_onnxruntimes_float_arithmetic(tmp_path):
     """ES_RQ_FP32's reference is onnxruntime's DequantizeLinear -> Add -> QuantizeLinear
     in float32, step for step: (a - a_zp) * s_a + (b - b_zp) * s_b, divided by s_y, rounded
     half to even, + y_zp, saturated; the same numbers run through numpy's float32."""
-    b = tmp_path / "add_f32_dump"
-    subprocess.run(["cc", "-O2", "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{RT}",
-                    str(CHECK), str(RT / "kernels/add_int8.c"), "-o", str(b)], check=True)
+    b = _build("cc", ["-O2"], tmp_path / "add_f32_dump")
     f32 = np.float32
     n_checked = 0
     for args in _f32_cases(40, seed=5):

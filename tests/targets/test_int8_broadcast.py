@@ -227,15 +227,17 @@ def _random_shapes(rng: np.random.Generator):
     return sides
 
 
-def _add_case(rng: np.random.Generator, i: int) -> list[int]:
+def _add_case(rng: np.random.Generator, i: int) -> list:
     from edgesmith.targets.lower.int8_eltwise import add_params
 
     sa, sb, sy = np.exp(rng.uniform(-6, 0, size=3))
     zp = [int(z) for z in rng.integers(-128, 128, size=3)]
     qmin = -128 if i % 3 else int(rng.integers(-128, 0))
-    p = add_params(float(sa), float(sb), float(sy), *zp, qmin, 127, bool(i % 2))
+    # every other Add/Sub in fp32 (onnxruntime's float arithmetic), the rest fixed point
+    p = add_params(float(sa), float(sb), float(sy), *zp, qmin, 127, bool(i % 2), i // 2 % 2)
     return [p[k] for k in ("a_zp", "b_zp", "y_zp", "left_shift", "a_mult", "a_shift",
-                           "b_mult", "b_shift", "y_mult", "y_shift", "qmin", "qmax", "sub")]
+                           "b_mult", "b_shift", "y_mult", "y_shift", "qmin", "qmax", "sub",
+                           "rq")] + [repr(p[k]) for k in ("a_scale", "b_scale", "y_scale")]
 
 
 def _mul_case(rng: np.random.Generator, i: int) -> list[int]:

@@ -5,7 +5,8 @@
  * place (y == a or y == b when that input has the output's shape). Exit 1 on a mismatch.
  * argv: op(0 add, 1 mul) seed rank ashape[rank] bshape[rank] ndim shape[ndim] sa[ndim]
  *       sb[ndim], then add: a_zp b_zp y_zp left a_mult a_shift b_mult b_shift y_mult
- *       y_shift qmin qmax sub; mul: a_zp b_zp y_zp mult shift qmin qmax */
+ *       y_shift qmin qmax sub rq a_scale b_scale y_scale; mul: a_zp b_zp y_zp mult shift
+ *       qmin qmax */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,10 @@ int main(int argc, char **argv) {
         q->a_mult = next(); q->a_shift = next(); q->b_mult = next(); q->b_shift = next();
         q->y_mult = next(); q->y_shift = next(); q->qmin = next(); q->qmax = next();
         q->sub = next();
+        q->rq = next();
+        q->a_scale = strtof(*arg++, NULL);
+        q->b_scale = strtof(*arg++, NULL);
+        q->y_scale = strtof(*arg++, NULL);
     }
     for (d = 0; d < rank; ++d) {
         oshape[d] = ashape[d] > bshape[d] ? ashape[d] : bshape[d];
