@@ -18,8 +18,9 @@ Convolutions, Gemm and GlobalAveragePool rescale their int32 sums by a (mult, sh
 real = mult * 2^(shift - 31), applied as ``L.requant`` says (ES_RQ_* in edgesmith_rt.h):
 "fp32" (the default) multiplies in float32 by the scale x_scale * w_scale / y_scale
 computed in float32 as onnxruntime's QLinearConv and XNNPACK compute it, and rounds half to
-even; "fixed" is TFLite's integer-only Q31 multiplier, for cores without an FPU. Add, Sub,
-Mul and requantising copies are TFLite's integer arithmetic in both modes.
+even; "fixed" is TFLite's integer-only Q31 multiplier, for cores without an FPU. Add and
+Sub follow the mode too (int8_eltwise.py: onnxruntime's float DQ -> Add -> Q in fp32); Mul
+and requantising copies are TFLite's integer arithmetic in both.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-/* SIMD forms of the fixed-point requantisation in edgesmith_rt.h, shared by the int8
- * kernels. Each is bit-identical to its scalar oracle es_mul_q. The AVX2 and NEON forms
+/* SIMD forms of the requantisation in edgesmith_rt.h, shared by the int8 kernels: the
+ * fp32 ones (es_rqf*) are es_requant's ES_RQ_FP32 arithmetic; the fixed-point ones are
+ * each bit-identical to their scalar oracle es_mul_q. The AVX2 and NEON forms
  * need shift <= 0 (no left shift) and mult >= 0; callers check those conditions and fall
  * back to the scalar path otherwise. The AVX-512 form takes any multiplier. */
 #ifndef ES_SIMD_H

@@ -334,14 +334,10 @@ static inline void put4_f32(const dot_block *b, dot_dest d, __m512i r0, __m512i 
         put_f32(b, d, r3, ym + 3 * P, sc[3], o);
         return;
     }
-    q0 = _mm512_cvtps_epi32(
-        _mm512_min_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(r0), _mm512_set1_ps(sc[0])), hi));
-    q1 = _mm512_cvtps_epi32(
-        _mm512_min_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(r1), _mm512_set1_ps(sc[1])), hi));
-    q2 = _mm512_cvtps_epi32(
-        _mm512_min_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(r2), _mm512_set1_ps(sc[2])), hi));
-    q3 = _mm512_cvtps_epi32(
-        _mm512_min_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(r3), _mm512_set1_ps(sc[3])), hi));
+    q0 = es_rqf16_hi_avx512(r0, _mm512_set1_ps(sc[0]), hi);
+    q1 = es_rqf16_hi_avx512(r1, _mm512_set1_ps(sc[1]), hi);
+    q2 = es_rqf16_hi_avx512(r2, _mm512_set1_ps(sc[2]), hi);
+    q3 = es_rqf16_hi_avx512(r3, _mm512_set1_ps(sc[3]), hi);
     p01 = _mm512_adds_epi16(_mm512_packs_epi32(q0, q1), o->zp16);
     p23 = _mm512_adds_epi16(_mm512_packs_epi32(q2, q3), o->zp16);
     /* per 128-bit lane l: 4 bytes of each row; the dword permute puts each row in a lane */
