@@ -9,11 +9,15 @@ from edgesmith.targets import run
 from tests.targets._helpers import generate, ort_run, output_scale
 
 
+def _within(y: np.ndarray, ref: np.ndarray, lsb: float) -> float:
+    return float((np.abs(y - ref) <= lsb * 1.001).mean())
+
+
 def test_digits_int8_within_one_lsb_of_onnxruntime(digits_c_int8, digits_qdq, digits_splits):
     x = digits_splits.val_x
     y, ref = run.run(digits_c_int8, x), ort_run(digits_qdq, x)
     lsb = output_scale(digits_qdq)
-    within = float((np.abs(y - ref) <= lsb * 1.001).mean())
+    within = _within(y, ref, lsb)
     top1 = float((y.argmax(1) == ref.argmax(1)).mean())
     print(f"digits int8: within 1 LSB {within:.4%}, top-1 agreement {top1:.4%}")
     assert within >= 0.999
@@ -35,10 +39,6 @@ def test_fixed_point_requantization_matches_tflite_reference():
         m, s = quantize_multiplier(real)
         assert 2**30 <= m < 2**31
         assert abs(m * 2.0 ** (s - 31) - real) <= real * 2**-30
-
-
-def _within(y: np.ndarray, ref: np.ndarray, lsb: float) -> float:
-    return float((np.abs(y - ref) <= lsb * 1.001).mean())
 
 
 @pytest.mark.slow
@@ -122,7 +122,7 @@ def test_uint8_activation_qdq_lowers_to_integer_kernels_bit_exactly(work, digits
     x = digits_splits.val_x[:128]
     y, ref = run.run(out, x), ort_run(src, x)
     lsb = output_scale(src)
-    within = float((np.abs(y - ref) <= lsb * 1.001).mean())
+    within = _within(y, ref, lsb)
     assert within >= 0.999
     assert float((y.argmax(1) == ref.argmax(1)).mean()) >= 0.99
 

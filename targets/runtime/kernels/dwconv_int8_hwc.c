@@ -795,8 +795,9 @@ typedef struct {
 /* o[c] = es_requant(a[c], mult[c], shift[c], ...), c < 16 */
 static void requant16(int8_t *o, const int32_t *a, const dw_consts *k, const es_conv_params *p) {
     int c;
-#if defined(__ARM_NEON) && defined(__aarch64__)
-    if (p->rq == ES_RQ_FP32) { /* vcvtnq rounds half to even, as es_round_even */
+#if defined(__ARM_NEON)
+    if (p->rq == ES_RQ_FP32) {
+#if defined(__aarch64__) /* vcvtnq rounds half to even, as es_round_even */
         const float32x4_t lo = vdupq_n_f32((float)(p->qmin - p->y_zp));
         const float32x4_t hi = vdupq_n_f32((float)(p->qmax - p->y_zp));
         int16x8_t v[2];
@@ -805,7 +806,8 @@ static void requant16(int8_t *o, const int32_t *a, const dw_consts *k, const es_
             int h;
             for (h = 0; h < 2; ++h) {
                 const int j = 8 * c + 4 * h;
-                float32x4_t f = vmulq_f32(vcvtq_f32_s32(vld1q_s32(a + j)), vld1q_f32(k->scale + j));
+                float32x4_t f = vmulq_f32(vcvtq_f32_s32(vld1q_s32(a + j)),
+                                          vld1q_f32(k->scale + j));
                 f = vminq_f32(vmaxq_f32(f, lo), hi);
                 r[h] = vaddq_s32(vcvtnq_s32_f32(f), vdupq_n_s32(p->y_zp));
             }
@@ -813,13 +815,10 @@ static void requant16(int8_t *o, const int32_t *a, const dw_consts *k, const es_
         }
         vst1_s8(o, vmovn_s16(v[0]));
         vst1_s8(o + 8, vmovn_s16(v[1]));
-        return;
-    }
-#endif
-#if defined(__ARM_NEON)
-    if (p->rq == ES_RQ_FP32) {
+#else /* 32-bit NEON has no round-to-nearest conversion */
         for (c = 0; c < 16; ++c)
             o[c] = es_requant(a[c], k->mult[c], k->shift[c], p->rq, p->y_zp, p->qmin, p->qmax);
+#endif
         return;
     }
     /* vrshl by -(31 - shift) is the single round-half-up right shift, exact in 64 bits;
