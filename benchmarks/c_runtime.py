@@ -45,8 +45,9 @@ def _models(work: Path):
 def _tflite_int8(onnx_path: Path, calib: np.ndarray, work: Path):
     from edgesmith.compress.calibration import CalibrationSet
     from edgesmith.pipeline.data import InputSpec
-    from edgesmith.pipeline.registry import ConvertContext, get
+    from edgesmith.pipeline.registry import get
     from edgesmith.profiles.schema import TargetSpec
+    from edgesmith.target import ConvertContext
 
     t = get("tflite")
     out = work / "tflite_out"

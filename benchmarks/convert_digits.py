@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT))
 from edgesmith.compress.calibration import CalibrationSet  # noqa: E402
 from edgesmith.pipeline import registry  # noqa: E402
 from edgesmith.pipeline.data import InputSpec, digits  # noqa: E402
-from edgesmith.pipeline.registry import ConvertContext  # noqa: E402
 from edgesmith.profiles.schema import TargetSpec  # noqa: E402
+from edgesmith.target import ConvertContext  # noqa: E402
 
 FORMATS = {"onnx": ["fp32", "fp16", "int8"], "tflite": ["fp32", "fp16", "int8"],
            "openvino": ["fp32", "fp16", "int8"], "coreml": ["fp32", "fp16", "int8"]}

@@ -13,8 +13,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from edgesmith.artifact import write_bytes_atomic
 from edgesmith.convert import export
-from edgesmith.pipeline.artifact import write_bytes_atomic
 
 OPSET = export.DEFAULT_OPSET
 

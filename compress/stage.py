@@ -23,8 +23,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from edgesmith.artifact import sha256_path
 from edgesmith.errors import BudgetError, ModelLoadError
-from edgesmith.pipeline.artifact import sha256_path
 
 from . import gates
 from .artifacts import export_onnx, save_state_dict, save_torchscript
@@ -222,10 +222,10 @@ def compress_refs(
     ``out_dir/manifest.json`` atomically (also when a gate fails with ``--no-budget`` off:
     then the manifest holds the figures up to the failing step), return the manifest."""
     from edgesmith import __version__
+    from edgesmith.artifact import write_json_atomic
     from edgesmith.errors import UsageError
     from edgesmith.pipeline import data as data_mod
     from edgesmith.pipeline import model as model_mod
-    from edgesmith.pipeline.artifact import write_json_atomic
     from edgesmith.profiles import load as load_profile
     from edgesmith.profiles import resolve_path
 

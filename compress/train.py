@@ -216,7 +216,7 @@ def fit(
             best, best_state, stale = acc, _state(model), 0
             result["best_epoch"] = epoch
             if is_main and checkpoint is not None:
-                from edgesmith.pipeline.artifact import write_bytes_atomic
+                from edgesmith.artifact import write_bytes_atomic
 
                 write_bytes_atomic(Path(checkpoint), _to_bytes(best_state))
         else:
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e.message()}", file=sys.stderr)
         return e.exit_code
     if rank() == 0:
-        from edgesmith.pipeline.artifact import write_json_atomic
+        from edgesmith.artifact import write_json_atomic
 
         res["train_samples"] = len(splits.train_x)
         write_json_atomic(args.out, res)

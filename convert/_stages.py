@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from edgesmith.errors import ConversionError
-from edgesmith.pipeline.registry import ConvertContext
+from edgesmith.target import ConvertContext
 
 T = TypeVar("T")
 

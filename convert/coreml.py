@@ -28,10 +28,10 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from edgesmith.artifact import Artifact
 from edgesmith.convert._stages import run_stage
 from edgesmith.errors import ConversionError
-from edgesmith.pipeline.artifact import Artifact
-from edgesmith.pipeline.registry import CompatRule, ConvertContext, Runner, Target
+from edgesmith.target import CompatRule, ConvertContext, Runner, Target
 
 FORMAT = "coreml"
 _UNITS = {"all": "ALL", "ane": "CPU_AND_NE", "gpu": "CPU_AND_GPU", "cpu": "CPU_ONLY"}

@@ -11,8 +11,8 @@ import os
 import warnings
 from pathlib import Path
 
+from edgesmith.capture import capture_output
 from edgesmith.errors import ConversionError
-from edgesmith.pipeline.capture import capture_output
 
 DEFAULT_OPSET = 17
 
@@ -64,7 +64,7 @@ def trace_torchscript(model, input_shape: tuple[int, ...], path: Path) -> Path:
 
     import torch
 
-    from edgesmith.pipeline.artifact import write_bytes_atomic
+    from edgesmith.artifact import write_bytes_atomic
 
     was_training = model.training
     model.eval()

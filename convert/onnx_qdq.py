@@ -15,9 +15,9 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from edgesmith.artifact import Artifact
 from edgesmith.errors import ConversionError
-from edgesmith.pipeline.artifact import Artifact
-from edgesmith.pipeline.registry import CompatRule, ConvertContext, Runner, Target
+from edgesmith.target import CompatRule, ConvertContext, Runner, Target
 
 # ORT has no MSE calibrator; its histogram "Distribution" method is the closest relative.
 _ORT_METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile",

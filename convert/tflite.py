@@ -31,9 +31,9 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from edgesmith.artifact import Artifact
 from edgesmith.errors import ConversionError
-from edgesmith.pipeline.artifact import Artifact
-from edgesmith.pipeline.registry import CompatRule, ConvertContext, Runner, Target
+from edgesmith.target import CompatRule, ConvertContext, Runner, Target
 
 FORMAT = "tflite"
 # the file onnx2tf fetches unless it is in its cwd (for any 4-D input with 3 channels)

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from edgesmith.artifact import sha256_path, write_json_atomic
 from edgesmith.errors import BudgetError, DeviceError, EdgesmithError, UsageError
-from edgesmith.pipeline.artifact import sha256_path, write_json_atomic
 from edgesmith.profiles.schema import Profile, Ssh
 
 from .transport import LocalTransport, SshTransport, Transport

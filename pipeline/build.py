@@ -6,7 +6,6 @@ previous good build survives any failure before that point.
 
 from __future__ import annotations
 
-import importlib.metadata
 import platform
 import sys
 import tempfile
@@ -15,29 +14,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgesmith import __version__
+from edgesmith import __version__, outdir
+from edgesmith.artifact import sha256_path, write_json_atomic
 from edgesmith.errors import BudgetError, EdgesmithError
 from edgesmith.profiles import load as load_profile
 from edgesmith.profiles import resolve_path
+from edgesmith.versions import tool_versions
 
 from . import data as data_mod
 from . import model as model_mod
-from . import outdir, report, stages
-from .artifact import sha256_path, write_json_atomic
+from . import report, stages
 from .events import Events
-
-TOOLS = ("torch", "onnx", "onnxruntime", "onnxslim", "torch-pruning", "nncf", "openvino",
-         "coremltools", "ai-edge-litert", "tensorflow", "onnx2tf", "numpy")
-
-
-def tool_versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {"python": platform.python_version()}
-    for name in TOOLS:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = None
-    return out
 
 
 @dataclass
@@ -210,4 +197,4 @@ def summary(manifest: dict[str, Any], out: Path) -> dict[str, Any]:
     }
 
 
-__all__ = ["BuildRequest", "run", "summary", "tool_versions"]
+__all__ = ["BuildRequest", "run", "summary"]

@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from .artifact import sha256_path, write_json_atomic
+from edgesmith.artifact import sha256_path, write_json_atomic
 
 ENTRY = "entry.json"
 

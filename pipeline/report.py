@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .artifact import write_text_atomic
+from edgesmith.artifact import write_text_atomic
 
 
 def _fmt(v: Any, spec: str = "") -> str:

@@ -14,11 +14,14 @@ from typing import Any
 
 import numpy as np
 
+from edgesmith import __version__
+from edgesmith.artifact import Artifact, sha256_path
 from edgesmith.errors import ConversionError, EdgesmithError, ModelLoadError, UsageError
 from edgesmith.profiles.schema import TargetSpec
+from edgesmith.target import ConvertContext, Target
+from edgesmith.versions import tool_versions
 
 from . import cache, registry, validate
-from .artifact import Artifact, sha256_path
 from .data import Splits
 from .model import LoadedModel, check_forward
 
@@ -117,12 +120,8 @@ class TargetResult:
         return d
 
 
-def _cache_key(target: registry.Target, ctx: registry.ConvertContext) -> str:
+def _cache_key(target: Target, ctx: ConvertContext) -> str:
     """Everything a conversion reads: input files, settings, calibration data, versions."""
-    from edgesmith import __version__
-
-    from .build import tool_versions
-
     # the TorchScript file is left out: torch.jit.save is not byte-deterministic, and it is
     # traced from the same module as the ONNX export, whose hash already identifies it
     files = {"fp32_onnx": ctx.fp32_onnx, "qdq_onnx": ctx.qdq_onnx}
@@ -143,7 +142,7 @@ def convert_and_validate(spec: Any, options: Any, ctx_args: dict[str, Any], spli
     target = registry.get(spec.format.value)
     out_dir = root / "targets" / spec.name
     out_dir.mkdir(parents=True, exist_ok=True)
-    ctx = registry.ConvertContext(target=spec, options=options, out_dir=out_dir,
+    ctx = ConvertContext(target=spec, options=options, out_dir=out_dir,
                                   log_path=root / "logs" / f"{spec.name}.log", **ctx_args)
     key = _cache_key(target, ctx) if use_cache else None
     hit = cache.lookup("targets", key, out_dir) if key else None

@@ -14,8 +14,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from edgesmith.pipeline.artifact import Artifact
-from edgesmith.pipeline.registry import CompatRule, ConvertContext, Runner, Target
+from edgesmith.artifact import Artifact
+from edgesmith.target import CompatRule, ConvertContext, Runner, Target
 
 _HINT = ("the C runtime has no kernel for this op; use another target (onnx, tflite) or "
          "replace the op in the model")

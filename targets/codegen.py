@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from edgesmith.pipeline.artifact import write_text_atomic
+from edgesmith.artifact import write_text_atomic
 
 from . import weights as wts
 from .ir import Graph, Ref

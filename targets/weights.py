@@ -51,7 +51,7 @@ def header(w: WeightsLayout, model_id: int) -> bytes:
 
 
 def write(path: Path, w: WeightsLayout, model_id: int) -> int:
-    from edgesmith.pipeline.artifact import write_bytes_atomic
+    from edgesmith.artifact import write_bytes_atomic
 
     data = header(w, model_id) + w.payload
     write_bytes_atomic(Path(path), data)

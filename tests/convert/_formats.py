@@ -66,8 +66,8 @@ def make_ctx(target_cls, fmt: str, precision: str, onnx_path: Path, calib_x: np.
              work_dir: Path | None = None, **options):
     from edgesmith.compress.calibration import CalibrationSet
     from edgesmith.pipeline.data import InputSpec
-    from edgesmith.pipeline.registry import ConvertContext
     from edgesmith.profiles.schema import TargetSpec
+    from edgesmith.target import ConvertContext
 
     name = f"{fmt}-{precision}-{'-'.join(f'{k}{v}' for k, v in options.items())}".rstrip("-")
     return ConvertContext(

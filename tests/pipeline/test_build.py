@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from edgesmith.pipeline.artifact import sha256_path
+from edgesmith.artifact import sha256_path
 from tests.conftest import DIGITS_ARCH, ROOT
 
 ONLY = ("-t", "onnx:fp32")  # bad-input tests need no other format

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from edgesmith.artifact import sha256_path
 from edgesmith.pipeline import cache
-from edgesmith.pipeline.artifact import sha256_path
 from tests.conftest import DIGITS_ARCH
 
 EDGESMITH = str(Path(sys.executable).with_name("edgesmith"))
@@ -68,7 +68,7 @@ def test_killed_builds_never_leave_half_a_build(digits_ckpt, tmp_path, env):
 def test_interrupted_swap_is_recovered(digits_ckpt, tmp_path):
     """A kill between the two renames of publish() leaves DIR missing and DIR.old present;
     the next build must put the old one back before anything else."""
-    from edgesmith.pipeline import outdir
+    from edgesmith import outdir
 
     out = tmp_path / "out"
     out.mkdir()
@@ -91,7 +91,7 @@ def test_concurrent_builds_into_one_dir_are_serialised(digits_ckpt, tmp_path, en
 
 
 def test_builds_into_different_dirs_do_not_wait(digits_ckpt, tmp_path):
-    from edgesmith.pipeline import outdir
+    from edgesmith import outdir
 
     with outdir.staging(tmp_path / "a") as a, outdir.staging(tmp_path / "b") as b:
         assert a.exists() and b.exists() and a != b

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgesmith.pipeline.registry import ConvertContext, get
+from edgesmith.pipeline.registry import get
 from edgesmith.profiles.schema import TargetSpec
+from edgesmith.target import ConvertContext
 from tests.targets._helpers import ort_run
 
 

@@ -1,0 +1,121 @@
+"""The one interface every output format implements: ``Target`` and what it is handed.
+
+A format is one module (``convert/tflite.py``, ``targets/c_target.py``) defining a
+``Target`` subclass; subclassing registers it. The pipeline never names a format: it asks
+the registry for whatever the profile lists. Modules must import their heavy libraries
+(tensorflow, openvino, coremltools) inside methods, so listing targets stays cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from .artifact import Artifact
+
+Runner = Callable[[np.ndarray], np.ndarray]
+
+
+class NoOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class CompatRule:
+    """How one target handles one ONNX op type."""
+
+    status: str  # supported | lowered | unsupported
+    hint: str = ""
+
+
+@dataclass
+class ConvertContext:
+    """Everything a converter may read. Files, not live objects (see STYLE.md)."""
+
+    fp32_onnx: Path  # optimized FP32 ONNX with a dynamic batch axis
+    spec: Any  # pipeline.data.InputSpec
+    calib: Any  # compress.calibration.CalibrationSet
+    target: Any  # profiles.TargetSpec
+    options: BaseModel  # the target's validated Options
+    profile: Any  # profiles.Profile
+    out_dir: Path  # empty folder for this target's files
+    work_dir: Path  # scratch space, removed after the build
+    log_path: Path  # converter output goes here (DIR/logs/<target>.log)
+    torchscript: Path | None = None  # traced FP32 model, for converters that start from torch
+    # the live FP32 module (eval mode): the one exception to "files, not objects", for
+    # converters that must re-prepare the module itself (Core ML W8A8 via LinearQuantizer)
+    torch_model: Any = None
+    qdq_onnx: Path | None = None  # QAT model exported with Q/DQ pairs, when the profile ran QAT
+    built: dict[str, Artifact] = field(default_factory=dict)  # targets finished so far
+
+    def log(self, line: str) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("a", encoding="utf-8") as f:
+            f.write(line.rstrip("\n") + "\n")
+
+
+REGISTRY: dict[str, type[Target]] = {}
+
+
+class Target:
+    """Base of every format. Subclasses set ``format`` and ``precisions`` and implement
+    ``convert`` and ``runner``; subclassing registers them."""
+
+    format: ClassVar[str]
+    precisions: ClassVar[tuple[str, ...]] = ("fp32",)
+    Options: ClassVar[type[BaseModel]] = NoOptions
+    # the Python package a device needs to run this format (named in error messages)
+    device_runtime: ClassVar[str] = ""
+    # op compat: op_type -> rule; ops not listed fall back to ``default_rule``
+    compat_rules: ClassVar[dict[str, CompatRule]] = {}
+    default_rule: ClassVar[CompatRule] = CompatRule("supported")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "format" in cls.__dict__:
+            REGISTRY[cls.format] = cls
+
+    # -- the three functions of the interface --------------------------------------------
+    def convert(self, ctx: ConvertContext) -> Artifact:
+        raise NotImplementedError
+
+    def runner(self, artifact: Artifact) -> Runner | None:
+        """A function NCHW float32 batch -> float32 outputs, or None when this host cannot
+        run the format (then ``not_runnable_reason`` says why and the report says so)."""
+        raise NotImplementedError
+
+    def device_bench_spec(self, artifact: Artifact) -> dict[str, Any]:
+        """What a device needs to run the artifact: files to upload, runtime to import."""
+        return {"format": self.format, "precision": artifact.precision,
+                "files": [artifact.path.name], "runtime": self.device_runtime}
+
+    not_runnable_reason: ClassVar[str] = ""
+
+    def host_latency_ms(self, artifact: Artifact, sample: np.ndarray) -> float | None:
+        """p50 latency of one sample on this host, for formats whose runner does not time
+        the inference alone (the C runner spawns a process per call). None: time the
+        runner."""
+        return None
+
+    # -- compat ----------------------------------------------------------------------------
+    # ONNX domains whose ops this format can take at all; anything else is unsupported
+    domains: ClassVar[tuple[str, ...]] = ("", "ai.onnx")
+
+    def rule_for(self, op_type: str, attrs: dict[str, Any], precision: str) -> CompatRule:
+        """What the compat report asks: the domain check every format shares, then the
+        format's own rules."""
+        domain = attrs.get("domain") or ""
+        if domain not in self.domains:
+            known = ", ".join(sorted({d or "ai.onnx" for d in self.domains}))
+            return CompatRule("unsupported",
+                              f"custom domain {domain}: {self.format} takes ops of {known} only")
+        return self.compat(op_type, attrs, precision)
+
+    def compat(self, op_type: str, attrs: dict[str, Any], precision: str) -> CompatRule:
+        """Override for rules that depend on attributes (e.g. Resize mode) or precision."""
+        return self.compat_rules.get(op_type, self.default_rule)
