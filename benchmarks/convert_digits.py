@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from edgesmith.compress.calibration import CalibrationSet  # noqa: E402
+from edgesmith.convert.onnx_qdq import quantize_qdq  # noqa: E402
 from edgesmith.pipeline import registry  # noqa: E402
 from edgesmith.pipeline.data import InputSpec, digits  # noqa: E402
 from edgesmith.profiles.schema import TargetSpec  # noqa: E402
@@ -93,12 +94,14 @@ def bench_model(name, model, shape, calib_x, val_x, val_y, folder: Path, quick: 
         target = registry.get(fmt)
         for precision in precisions:
             tname = f"{fmt}-{precision}"
+            static_qdq = (quantize_qdq(onnx_path, calib, folder / "work" / "qdq.onnx")
+                          if precision == "int8" and target.uses_static_qdq else None)
             ctx = ConvertContext(
                 fp32_onnx=onnx_path, spec=InputSpec(shape=tuple(shape)), calib=calib,
                 target=TargetSpec(format=fmt, precision=precision),
                 options=target.Options(), profile=None, out_dir=folder / "targets" / tname,
                 work_dir=folder / "work", log_path=folder / "logs" / f"{tname}.log",
-                torchscript=ts)
+                torchscript=ts, static_qdq=static_qdq)
             row = {"model": name, "target": tname}
             ctx.out_dir.mkdir(parents=True, exist_ok=True)
             t0 = time.perf_counter()

@@ -9,7 +9,7 @@ the registry for whatever the profile lists. Modules must import their heavy lib
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -51,7 +51,9 @@ class ConvertContext:
     # converters that must re-prepare the module itself (Core ML W8A8 via LinearQuantizer)
     torch_model: Any = None
     qdq_onnx: Path | None = None  # QAT model exported with Q/DQ pairs, when the profile ran QAT
-    built: dict[str, Artifact] = field(default_factory=dict)  # targets finished so far
+    # the FP32 model calibrated statically into Q/DQ pairs (onnxruntime.quantization), made
+    # once by the pipeline for every INT8 target whose format sets ``uses_static_qdq``
+    static_qdq: Path | None = None
 
     def log(self, line: str) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -74,6 +76,8 @@ class Target:
     # op compat: op_type -> rule; ops not listed fall back to ``default_rule``
     compat_rules: ClassVar[dict[str, CompatRule]] = {}
     default_rule: ClassVar[CompatRule] = CompatRule("supported")
+    # INT8 builds of this format start from the pipeline's static QDQ model (``static_qdq``)
+    uses_static_qdq: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -126,17 +126,16 @@ def run(req: BuildRequest, events: Events | None = None) -> dict[str, Any]:
             report_c.raise_for_unsupported()
 
         calib = from_splits(splits, profile.compress.calibration, warn=events.warn)
+        with events.stage("quantize", "static INT8 QDQ model for the INT8 targets"):
+            static_qdq = stages.static_qdq(resolved, opt.path, calib, root, req.use_cache)
         ctx_args = dict(fp32_onnx=opt.path, spec=splits.spec, calib=calib, profile=profile,
                         work_dir=work_dir, torchscript=torchscript, qdq_onnx=qdq_onnx,
-                        torch_model=model)
+                        static_qdq=static_qdq, torch_model=model)
         results = []
-        built: dict[str, Any] = {}
         for spec, options in resolved:
             with events.stage(f"target {spec.name}", "convert + validate"):
-                r = stages.convert_and_validate(spec, options, {**ctx_args, "built": built},
-                                                splits, ref, root, use_cache=req.use_cache)
-            if r.artifact is not None and r.status == "ok":
-                built[spec.name] = r.artifact
+                r = stages.convert_and_validate(spec, options, ctx_args, splits, ref, root,
+                                                use_cache=req.use_cache)
             results.append(r)
             cached = " (from cache)" if r.artifact and r.artifact.meta.get("cached") else ""
             events.info(r.message or f"{spec.name}: ok{cached}")

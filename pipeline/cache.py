@@ -32,8 +32,9 @@ def make_key(parts: dict[str, Any]) -> str:
 
 def code_hash(obj: Any) -> str:
     """Hash of the source file defining ``obj``: a converter change invalidates its entries."""
+    target = obj if inspect.isfunction(obj) or inspect.isclass(obj) else type(obj)
     try:
-        return sha256_path(Path(inspect.getfile(type(obj))))
+        return sha256_path(Path(inspect.getfile(target)))
     except (TypeError, OSError):
         return "unknown"
 

@@ -1,7 +1,7 @@
 """``format: c`` — a self-contained C runtime (static arena, mapped or embedded weights).
 
 FP32 lowers the optimised ONNX; INT8 lowers a QDQ model (QAT's if the profile ran QAT,
-else the ONNX-int8 target's, else one calibrated here with ``quantize_qdq``), turning
+else the static one the pipeline calibrates once for every INT8 target), turning
 DQ -> op -> Q patterns into integer kernels. The folder is compiled with the host ``cc``
 to prove it builds; cross-compilers named in the options are tried too.
 """
@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgesmith.artifact import Artifact
+from edgesmith.errors import ConversionError, UnsupportedOpError
 from edgesmith.target import CompatRule, ConvertContext, Runner, Target
 
 _HINT = ("the C runtime has no kernel for this op; use another target (onnx, tflite) or "
@@ -58,6 +59,7 @@ class CTarget(Target):
     device_runtime = ""  # a C compiler and make, nothing to import
     compat_rules: ClassVar[dict[str, CompatRule]] = _rules()
     default_rule = CompatRule("unsupported", _HINT)
+    uses_static_qdq = True
 
     def compat(self, op_type: str, attrs: dict[str, Any], precision: str) -> CompatRule:
         rule = CTarget.compat_rules.get(op_type, self.default_rule)
@@ -70,25 +72,21 @@ class CTarget(Target):
         return rule
 
     # -- convert ---------------------------------------------------------------------------
-    def _int8_model(self, ctx: ConvertContext) -> tuple[Path, str]:
-        """(QDQ model, where it came from): the QAT export, the onnx-int8 target's model,
-        or one calibrated here."""
+    @staticmethod
+    def _int8_model(ctx: ConvertContext) -> tuple[Path, str]:
+        """(QDQ model, where it came from): the QAT export, else the pipeline's static one."""
         if ctx.qdq_onnx is not None:
             return Path(ctx.qdq_onnx), "qat"
-        built = ctx.built.get("onnx-int8")
-        if built is not None:
-            return Path(built.path), "onnx-int8"
-        return self._static_qdq(ctx), "static"
+        return CTarget._static_qdq(ctx), "static"
 
     @staticmethod
     def _static_qdq(ctx: ConvertContext) -> Path:
-        from edgesmith.convert.onnx_qdq import quantize_qdq
-
-        return quantize_qdq(Path(ctx.fp32_onnx), ctx.calib, Path(ctx.work_dir) / "c_qdq.onnx")
+        if ctx.static_qdq is None:
+            raise ConversionError("no static QDQ model was made for this INT8 target",
+                                  where="c-int8", fix="report this: it is an edgesmith bug")
+        return Path(ctx.static_qdq)
 
     def convert(self, ctx: ConvertContext) -> Artifact:
-        from edgesmith.errors import UnsupportedOpError
-
         from . import codegen, run
 
         opts: COptions = ctx.options  # type: ignore[assignment]

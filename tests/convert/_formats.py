@@ -70,10 +70,16 @@ def make_ctx(target_cls, fmt: str, precision: str, onnx_path: Path, calib_x: np.
     from edgesmith.target import ConvertContext
 
     name = f"{fmt}-{precision}-{'-'.join(f'{k}{v}' for k, v in options.items())}".rstrip("-")
+    calib = CalibrationSet(x=np.ascontiguousarray(calib_x, dtype=np.float32))
+    static_qdq = None
+    if precision == "int8" and target_cls.uses_static_qdq:  # as the pipeline makes it
+        from edgesmith.convert.onnx_qdq import quantize_qdq
+
+        static_qdq = quantize_qdq(onnx_path, calib, folder / "work" / f"{name}_qdq.onnx")
     return ConvertContext(
         fp32_onnx=onnx_path,
         spec=spec or InputSpec(shape=tuple(calib_x.shape[1:])),
-        calib=CalibrationSet(x=np.ascontiguousarray(calib_x, dtype=np.float32)),
+        calib=calib,
         target=TargetSpec(format=fmt, precision=precision),
         options=target_cls.Options(**options),
         profile=None,
@@ -82,6 +88,7 @@ def make_ctx(target_cls, fmt: str, precision: str, onnx_path: Path, calib_x: np.
         log_path=folder / "logs" / f"{name}.log",
         torchscript=torchscript,
         qdq_onnx=qdq_onnx,
+        static_qdq=static_qdq,
     )
 
 

@@ -16,6 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgesmith import profiles
+from edgesmith.artifact import sha256_path
 from edgesmith.compress.calibration import CalibrationSet
 from edgesmith.convert.optimize import optimize, run_ort
 from edgesmith.errors import ConversionError
@@ -79,16 +80,17 @@ def _convert(onnx_path, names, splits, root, work):
     onnx_path = optimize(onnx_path, root / "model.onnx", splits.val_x).path
     out = run_ort(onnx_path, splits.val_x)
     ref = stages.Reference(out, validate.accuracy(out, splits.val_y), "onnxruntime")
-    ctx_args = dict(fp32_onnx=onnx_path, spec=splits.spec, calib=CalibrationSet(
-        x=splits.calib_x), profile=profiles.load("host"), work_dir=work, built={})
-    results = []
+    calib = CalibrationSet(x=splits.calib_x)
+    targets = []
     for name in names:
         fmt, _, prec = name.partition(":")
         spec = TargetSpec(format=fmt, precision=prec)
-        options = registry.validate_options(registry.get(fmt), spec, "test")
-        results.append(stages.convert_and_validate(spec, options, ctx_args, splits, ref, root,
-                                                   use_cache=False))
-    return results
+        targets.append((spec, registry.validate_options(registry.get(fmt), spec, "test")))
+    ctx_args = dict(fp32_onnx=onnx_path, spec=splits.spec, calib=calib,
+                    profile=profiles.load("host"), work_dir=work,
+                    static_qdq=stages.static_qdq(targets, onnx_path, calib, root, use_cache=False))
+    return [stages.convert_and_validate(spec, options, ctx_args, splits, ref, root,
+                                        use_cache=False) for spec, options in targets]
 
 
 @pytest.mark.slow
@@ -148,3 +150,37 @@ def test_calibration_set_smaller_than_requested_warns_and_uses_what_exists(cli, 
     cal = m["stages"]["calibration"]
     assert cal["requested"] == 5000 and cal["samples"] == m["data"]["train"] + m["data"]["calib"]
     assert m["targets"][0]["status"] == "ok"
+
+
+def _c_int8_sources(tmp_path, splits, order):
+    onnx_path = tmp_path / "d.onnx"
+    _graph(onnx_path, [helper.make_node("Flatten", ["input"], ["flat"], name="flat"),
+                       helper.make_node("MatMul", ["flat", "W"], ["output"], name="fc")],
+           [_weights(64)])
+    root = tmp_path / "_".join(order)
+    results = {r.spec.name: r for r in _convert(onnx_path, order, splits, root, tmp_path / "w")}
+    return root, results
+
+
+@pytest.mark.slow
+def test_c_int8_is_built_from_the_pipelines_qdq_model_whatever_the_target_order(tmp_path,
+                                                                               splits):
+    """The static QDQ model is made once per build and handed to every INT8 target: c-int8
+    no longer reads what onnx-int8 left behind (a rejected onnx-int8 moved to rejected/
+    used to be lowered from its old path), so the profile's order changes nothing."""
+    first, a = _c_int8_sources(tmp_path, splits, ["onnx:int8", "c:int8"])
+    second, b = _c_int8_sources(tmp_path, splits, ["c:int8", "onnx:int8"])
+    for root, r in ((first, a), (second, b)):
+        assert r["c-int8"].status == "ok", r["c-int8"].message
+        assert r["c-int8"].artifact.meta["int8_source"] == "static"
+        assert r["c-int8"].artifact.meta["source_onnx"] == str(root / "model_qdq.onnx")
+        assert r["onnx-int8"].artifact.sha256 == sha256_path(root / "model_qdq.onnx")
+    assert a["c-int8"].artifact.sha256 == b["c-int8"].artifact.sha256
+
+
+def test_no_qdq_model_is_made_when_no_int8_target_uses_it(tmp_path, splits):
+    calib = CalibrationSet(x=splits.calib_x)
+    spec = TargetSpec(format="tflite", precision="int8")
+    targets = [(spec, registry.validate_options(registry.get("tflite"), spec, "test"))]
+    assert stages.static_qdq(targets, tmp_path / "unused.onnx", calib, tmp_path) is None
+    assert not (tmp_path / "model_qdq.onnx").exists()

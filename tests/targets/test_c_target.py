@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from edgesmith.errors import ConversionError
 from edgesmith.pipeline.registry import get
 from edgesmith.profiles.schema import TargetSpec
 from edgesmith.target import ConvertContext
@@ -80,11 +81,19 @@ def test_host_latency_times_the_inference_not_the_process_and_builds_once(tmp_pa
 
 
 @pytest.mark.slow
-def test_convert_int8_calibrates_when_no_qdq_model_is_given(tmp_path, digits_onnx,
-                                                            digits_splits):
+def test_convert_int8_lowers_the_pipelines_static_qdq_model(tmp_path, digits_onnx,
+                                                             digits_splits):
+    from dataclasses import replace
+
+    from edgesmith.convert.onnx_qdq import quantize_qdq
+
     t, ctx = _ctx(tmp_path, digits_onnx, digits_splits.calib_x[:64], "int8",
                   weights="embedded", requant="fixed")
+    with pytest.raises(ConversionError, match="no static QDQ model"):
+        t.convert(ctx)  # the pipeline calibrates once; the target never does it on its own
+    ctx = replace(ctx, static_qdq=quantize_qdq(digits_onnx, ctx.calib, tmp_path / "q.onnx"))
     a = t.convert(ctx)
+    assert a.meta["int8_source"] == "static" and a.meta["source_onnx"] == str(ctx.static_qdq)
     assert a.precision == "int8" and (a.path / "weights_data.c").exists()
     assert a.meta["requant"] == "fixed" and ".rq = 1" not in (a.path / "model.c").read_text()
     y = t.runner(a)(digits_splits.val_x[:16])
@@ -122,7 +131,7 @@ def test_unlowerable_qat_model_falls_back_to_static_calibration(tmp_path, work, 
                                                                 digits_onnx, digits_splits):
     qat = _per_axis_activation_qdq(digits_qdq, tmp_path / "qat.onnx")
     t, ctx = _ctx(tmp_path, digits_onnx, digits_splits.calib_x[:64], "int8")
-    ctx.qdq_onnx = qat
+    ctx.qdq_onnx, ctx.static_qdq = qat, digits_qdq
     a = t.convert(ctx)
     assert a.meta["int8_source"].startswith("static") and "per-axis" in a.meta["int8_source"]
     assert "falling back to static QDQ" in ctx.log_path.read_text()
