@@ -61,7 +61,7 @@ def compress(
     Example: edgesmith compress examples/digits/digits.pt --arch examples/digits/model.py:build
     --data digits --profile host --out build/compressed --prune-ratio 0.3 --qat
     """
-    from edgesmith.compress.stage import compress_refs
+    from edgesmith.pipeline.compress import compress_refs
 
     bars = None if as_json else Progress(
         TextColumn("[bold]{task.description:<9}"), BarColumn(), MofNCompleteColumn(),

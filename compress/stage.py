@@ -38,6 +38,8 @@ class CompressResult:
     section: dict[str, Any]            # the manifest's "compress" section
     model: nn.Module                   # the compressed FP32 model (eval mode)
     paths: dict[str, Path] = field(default_factory=dict)  # model_pt, state_dict, onnx, onnx_qdq
+    # a step over the accuracy budget: the run stopped there, ``section`` has its figures
+    error: BudgetError | None = None
 
     @property
     def manifest(self) -> dict[str, Any]:
@@ -72,17 +74,11 @@ def _stage(events: Any, name: str, detail: str) -> Any:
 
 
 def _gate(section: dict[str, Any], step: str, fp32: float, after: float, budget: float | None,
-          no_budget: bool, fix: str) -> None:
-    """Record the verdict; on a miss the BudgetError carries the section so far."""
-    try:
-        section["gates"].append(gates.check(step, fp32, after, budget, no_budget=no_budget,
-                                            fix=fix))
-    except BudgetError as e:
-        section["gates"].append({"step": step, "accuracy_fp32": fp32, "accuracy": after,
-                                 "drop_points": round(100 * (fp32 - after), 4),
-                                 "budget_points": budget, "ok": False})
-        e.compress_section = section  # type: ignore[attr-defined]
-        raise
+          no_budget: bool, fix: str) -> BudgetError | None:
+    """Record the verdict; the BudgetError of a miss that ``no_budget`` does not waive."""
+    verdict = gates.check(step, fp32, after, budget)
+    section["gates"].append(verdict.to_json())
+    return None if no_budget else verdict.error(fix)
 
 
 def _describe(p: Any) -> str:
@@ -109,8 +105,9 @@ def run_compress(
     ``{"stage", "event": "done", "accuracy"}`` for stages ``finetune`` and ``qat``.
     ``events`` (a ``pipeline.events.Events``) gets ``stage()`` contexts for prune, finetune
     and qat and ``epoch()`` calls; either or both may be given.
-    Raises ``BudgetError`` when a step breaks ``budgets.accuracy_drop`` (unless
-    ``no_budget``), ``UsageError``/``ModelLoadError`` for bad settings or models.
+    A step that breaks ``budgets.accuracy_drop`` (unless ``no_budget``) ends the run: the
+    result's ``error`` holds the BudgetError and ``section`` the figures up to that step.
+    Raises ``UsageError``/``ModelLoadError`` for bad settings or models.
     """
     from . import calibration
     from .prune import prune
@@ -168,9 +165,11 @@ def run_compress(
                          "optimizer": train.optimizer},
             "seconds": round(time.perf_counter() - t0, 3),
         }
-        _gate(section, "prune + fine-tune", acc_fp32, acc_after, budget, no_budget,
-              f"lower the pruning target (now {target}) or raise "
-              f"compress.prune.finetune_epochs (now {prune_cfg.finetune_epochs})")
+        miss = _gate(section, "prune + fine-tune", acc_fp32, acc_after, budget, no_budget,
+                     f"lower the pruning target (now {target}) or raise "
+                     f"compress.prune.finetune_epochs (now {prune_cfg.finetune_epochs})")
+        if miss is not None:
+            return CompressResult(section=section, model=work, error=miss)
 
     paths: dict[str, Path] = {}
     paths["model_pt"] = save_torchscript(work, example, out_dir / "model.pt")
@@ -188,10 +187,13 @@ def run_compress(
         paths["onnx_qdq"] = q.onnx_path
         section["qat"] = {**q.report, "accuracy_fp32": acc_fp32,
                           "seconds": round(time.perf_counter() - t0, 3)}
-        _gate(section, "QAT INT8 (QDQ ONNX in onnxruntime)", acc_fp32,
-              q.report["accuracy_after"], budget, no_budget,
-              f"raise compress.qat.epochs (now {cfg.qat.epochs}), try preset 'mixed', or add "
-              "sensitive layers (the first conv, the classifier) to compress.qat.ignored_scopes")
+        miss = _gate(section, "QAT INT8 (QDQ ONNX in onnxruntime)", acc_fp32,
+                     q.report["accuracy_after"], budget, no_budget,
+                     f"raise compress.qat.epochs (now {cfg.qat.epochs}), try preset 'mixed', or "
+                     "add sensitive layers (the first conv, the classifier) to "
+                     "compress.qat.ignored_scopes")
+        if miss is not None:
+            return CompressResult(section=section, model=work, paths=paths, error=miss)
 
     section["accuracy_final"] = (section["qat"]["accuracy_after"] if section["qat"]
                                  else evaluate(work, splits.val_x, splits.val_y))
@@ -201,60 +203,3 @@ def run_compress(
     }
     section["seconds"] = round(time.perf_counter() - start, 3)
     return CompressResult(section=section, model=work, paths=paths)
-
-
-def compress_refs(
-    model_ref: str,
-    data_ref: str,
-    profile_ref: str,
-    out_dir: Path,
-    *,
-    arch: str | None = None,
-    trust_pickle: bool = False,
-    seed: int = 0,
-    prune_ratio: float | None = None,
-    qat: bool | None = None,
-    no_budget: bool = False,
-    progress: Progress | None = None,
-    events: Any = None,
-) -> dict[str, Any]:
-    """What ``edgesmith compress`` does: load the three references, run the stage, write
-    ``out_dir/manifest.json`` atomically (also when a gate fails with ``--no-budget`` off:
-    then the manifest holds the figures up to the failing step), return the manifest."""
-    from edgesmith import __version__
-    from edgesmith.artifact import write_json_atomic
-    from edgesmith.errors import UsageError
-    from edgesmith.pipeline import data as data_mod
-    from edgesmith.pipeline import model as model_mod
-    from edgesmith.profiles import load as load_profile
-    from edgesmith.profiles import resolve_path
-
-    profile_path = resolve_path(profile_ref)
-    profile = load_profile(profile_path)
-    loaded = model_mod.load(model_ref, arch=arch, trust_pickle=trust_pickle)
-    if loaded.torch_model is None:
-        raise UsageError(f"{model_ref} is an ONNX file; compress needs the PyTorch model",
-                         where=model_ref,
-                         fix="pass file.py:build or a .pt checkpoint (with --arch)")
-    splits = data_mod.load(data_ref, seed=seed)
-    model_mod.check_forward(loaded.torch_model, splits.spec.batch_shape(1), model_ref)
-    manifest: dict[str, Any] = {
-        "edgesmith_version": __version__,
-        "command": "compress",
-        "inputs": {"model": model_ref, "arch": arch, "data": splits.summary(),
-                   "profile": {"name": profile.name, "path": str(profile_path),
-                               "sha256": sha256_path(profile_path)}},
-        "compress": None,
-    }
-    out_dir = Path(out_dir)
-    try:
-        result = run_compress(loaded.torch_model, splits, profile, out_dir,
-                              prune_ratio=prune_ratio, qat=qat, no_budget=no_budget,
-                              progress=progress, events=events)
-    except BudgetError as e:
-        manifest["compress"] = {**getattr(e, "compress_section", {}), "failed": e.what}
-        write_json_atomic(out_dir / "manifest.json", manifest)
-        raise
-    manifest["compress"] = result.section
-    write_json_atomic(out_dir / "manifest.json", manifest)
-    return manifest

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from edgesmith.errors import UnsupportedOpError
-from edgesmith.pipeline import registry
+from edgesmith.profiles.schema import TargetSpec
+from edgesmith.target import Target
 
 # attributes worth showing: they are what usually decides whether a target copes
 _SHOWN_ATTRS = ("kernel_shape", "strides", "dilations", "group", "pads", "mode", "axis", "perm",
@@ -79,13 +80,13 @@ def _attrs(node) -> dict[str, Any]:
     return out
 
 
-def check(onnx_path: Path, target_specs: list[Any]) -> Report:
-    """``target_specs`` are profile TargetSpecs (format + precision)."""
+def check(onnx_path: Path, targets_of_profile: list[tuple[TargetSpec, Target]]) -> Report:
+    """Ask each (profile target, its format's Target) about every node. The caller
+    resolves formats (``pipeline.registry``), so this room never imports the pipeline."""
     import onnx
 
     model = onnx.load(str(onnx_path), load_external_data=False)
-    targets = [(spec.name, registry.get(spec.format.value), spec.precision.value)
-               for spec in target_specs]
+    targets = [(spec.name, target, spec.precision.value) for spec, target in targets_of_profile]
     rows = []
     for i, node in enumerate(model.graph.node):
         attrs = _attrs(node)

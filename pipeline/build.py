@@ -97,7 +97,7 @@ def run(req: BuildRequest, events: Events | None = None) -> dict[str, Any]:
             tempfile.TemporaryDirectory(prefix="edgesmith-work-") as work:
         work_dir = Path(work)
         model, qdq_onnx, compress_section = _compress(
-            req, loaded, splits, profile, root, events, [spec for spec, _ in resolved], work_dir)
+            req, loaded, splits, profile, root, events, stages.compat_targets(resolved), work_dir)
         reference_doc = {"source": ref.source, "accuracy": ref.accuracy}
         if compress_section is not None:
             # parity is judged against the compressed model (what the converters were given);
@@ -121,7 +121,7 @@ def run(req: BuildRequest, events: Events | None = None) -> dict[str, Any]:
             opt = optimize.optimize(raw, root / "model.onnx", splits.val_x)
 
         with events.stage("compat", "every node x every target"):
-            report_c = compat.check(opt.path, [spec for spec, _ in resolved])
+            report_c = compat.check(opt.path, stages.compat_targets(resolved))
             write_json_atomic(root / "compat.json", report_c.to_json())
             report_c.raise_for_unsupported()
 

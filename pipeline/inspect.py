@@ -6,31 +6,74 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from edgesmith.errors import ModelLoadError
 from edgesmith.profiles import load as load_profile
 from edgesmith.profiles import resolve_path
 
 from . import data as data_mod
 from . import model as model_mod
-from .stages import resolve_targets
+from .stages import compat_targets, resolve_targets
+
+CHECK_SAMPLES = 32  # the optimiser checks its output against the export on this many
+DATA_FIX = ("pass --data with samples the model takes (a .npz whose x is (N, *input shape), "
+            "or file.py:callable): the data decides the input shape")
 
 
-def inspect(model_ref: str, profile_ref: str, *, data: str = "digits", arch: str | None = None,
-            trust_pickle: bool = False) -> dict[str, Any]:
+def inspect(model_ref: str, profile_ref: str, *, data: str | None = None,
+            arch: str | None = None, trust_pickle: bool = False) -> dict[str, Any]:
+    """Without ``data`` the input shape comes from the ONNX graph, or for a torch model
+    from the demo's digits (1x8x8); when neither fits, the error asks for --data."""
     from edgesmith.convert import compat, export, optimize
 
     profile_path = resolve_path(profile_ref)
     profile = load_profile(profile_path)
     resolved = resolve_targets(profile, None, str(profile_path))
     loaded = model_mod.load(model_ref, arch=arch, trust_pickle=trust_pickle)
-    splits = data_mod.load(data)
+    shape, samples = _input(loaded, data)
     with tempfile.TemporaryDirectory(prefix="edgesmith-inspect-") as work:
         if loaded.torch_model is not None:
-            model_mod.check_forward(loaded.torch_model, splits.spec.batch_shape(1), model_ref)
-            raw = export.export_onnx(loaded.torch_model, splits.spec.batch_shape(1),
-                                     Path(work) / "raw.onnx")
+            raw = export.export_onnx(loaded.torch_model, shape, Path(work) / "raw.onnx")
         else:
             raw = loaded.onnx_path
-        opt = optimize.optimize(raw, Path(work) / "model.onnx", splits.val_x[:32])
-        report = compat.check(opt.path, [spec for spec, _ in resolved])
+        opt = optimize.optimize(raw, Path(work) / "model.onnx", samples)
+        report = compat.check(opt.path, compat_targets(resolved))
     return {"model": model_ref, "profile": profile.name, "optimize": opt.summary(),
             **report.to_json()}
+
+
+def _input(loaded: model_mod.LoadedModel, data: str | None) -> tuple[tuple[int, ...], np.ndarray]:
+    """(batch-of-one shape, samples for the optimiser's check) the model is inspected at."""
+    if data is not None:
+        splits = data_mod.load(data)
+        model_mod.check_input(loaded, splits.spec.batch_shape(1), data)
+        return splits.spec.batch_shape(1), splits.val_x[:CHECK_SAMPLES]
+    if loaded.onnx_path is not None:
+        return _onnx_declared_input(loaded)
+    splits = data_mod.digits()
+    shape = splits.spec.batch_shape(1)
+    try:
+        model_mod.check_forward(loaded.torch_model, shape, loaded.ref)
+    except ModelLoadError as e:
+        raise ModelLoadError(
+            f"without --data, inspect feeds the built-in digits input {list(shape)}, "
+            f"which the model does not take: {e.what}", where=loaded.ref, fix=DATA_FIX,
+        ) from None
+    return shape, splits.val_x[:CHECK_SAMPLES]
+
+
+def _onnx_declared_input(loaded: model_mod.LoadedModel) -> tuple[tuple[int, ...], np.ndarray]:
+    """The graph's own input shape, with seeded random samples of it (only the
+    optimiser's numeric check sees them)."""
+    name, dims = model_mod.onnx_input_shape(loaded.onnx_path)
+    sample = dims[1:] if dims else []
+    if dims is None or not dims or not all(isinstance(d, int) and d > 0 for d in sample):
+        declared = "no shape" if dims is None else "[" + ", ".join(map(str, dims)) + "]"
+        raise ModelLoadError(
+            f"without --data, inspect takes the input shape from the graph, but input "
+            f"{name!r} is declared as {declared}", where=loaded.ref, fix=DATA_FIX)
+    batch = dims[0] if isinstance(dims[0], int) and dims[0] > 0 else CHECK_SAMPLES
+    rng = np.random.default_rng(0)
+    samples = rng.standard_normal((batch, *sample)).astype(np.float32)
+    return (1, *sample), samples

@@ -24,8 +24,8 @@ from edgesmith.target import ConvertContext, Target
 from edgesmith.versions import tool_versions
 
 from . import cache, registry, validate
-from .data import Splits
-from .model import LoadedModel, check_forward
+from .data import Splits, check_labels
+from .model import LoadedModel, check_input
 
 BENCH_SAMPLES = 16
 
@@ -48,8 +48,8 @@ class Reference:
 
 
 def reference(loaded: LoadedModel, splits: Splits) -> Reference:
+    check_input(loaded, splits.spec.batch_shape(2), splits.source)
     if loaded.torch_model is not None:
-        check_forward(loaded.torch_model, splits.spec.batch_shape(2), loaded.ref)
         out = torch_reference(loaded.torch_model, splits.val_x)
         source = "torch"
     else:
@@ -64,6 +64,7 @@ def reference(loaded: LoadedModel, splits: Splits) -> Reference:
                 where=loaded.ref, fix="check the model's input shape against the data set",
             ) from None
         source = "onnxruntime"
+    check_labels(splits, out, loaded.ref)
     return Reference(out, validate.accuracy(out, splits.val_y), source)
 
 
@@ -90,6 +91,11 @@ def resolve_targets(profile: Any, only: list[str] | None, where: str) -> list[tu
         options = registry.validate_options(target, spec, where)
         out.append((spec, options))
     return out
+
+
+def compat_targets(targets: list[tuple[Any, Any]]) -> list[tuple[TargetSpec, Target]]:
+    """(spec, options) pairs from ``resolve_targets`` as (spec, Target) for ``compat.check``."""
+    return [(spec, registry.get(spec.format.value)) for spec, _ in targets]
 
 
 @dataclass

@@ -39,10 +39,12 @@ def test_cli_prune_ratio_override_must_be_in_unit_interval(trained, splits, prof
 
 def test_pruning_past_the_budget_fails_with_the_figures(trained, splits, profile, tmp_path):
     ruin = {"prune": {"enabled": True, "ratio": 0.9, "finetune_epochs": 0}}
-    with pytest.raises(BudgetError) as e:
-        run_compress(trained, splits, profile(ruin, budget=0.5), tmp_path)
-    assert e.value.exit_code == 3 and "over the budget of 0.5 points" in e.value.what
-    assert "finetune_epochs" in e.value.fix
+    res = run_compress(trained, splits, profile(ruin, budget=0.5), tmp_path)
+    e = res.error
+    assert isinstance(e, BudgetError)
+    assert e.exit_code == 3 and "over the budget of 0.5 points" in e.what
+    assert "finetune_epochs" in e.fix
+    assert res.section["gates"][-1]["ok"] is False  # the figures up to the failing step
 
 
 def test_torchscript_model_is_refused_before_any_work(trained, splits, profile, tmp_path):

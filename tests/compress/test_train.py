@@ -75,7 +75,7 @@ def _torchrun(nproc: int, out: Path, *args: str, timeout: float = 180) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
            "--master-addr=127.0.0.1", f"--master-port={_free_port()}",
-           "-m", "edgesmith.compress.train", "--model", ARCH, "--out", str(out), *args]
+           "-m", "edgesmith.pipeline.train", "--model", ARCH, "--out", str(out), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(out.read_text())
@@ -83,7 +83,7 @@ def _torchrun(nproc: int, out: Path, *args: str, timeout: float = 180) -> dict:
 
 @pytest.mark.slow
 def test_two_process_ddp_matches_single_process(tmp_path, splits):
-    from edgesmith.compress.train import main
+    from edgesmith.pipeline.train import main
 
     args = ["--data", "digits", "--epochs", "4", "--lr", "0.05", "--seed", "0"]
     assert main([*args, "--model", ARCH, "--out", str(tmp_path / "one.json")]) == 0

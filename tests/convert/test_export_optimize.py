@@ -10,7 +10,7 @@ from torch import nn
 
 from edgesmith.convert import compat, export, optimize
 from edgesmith.errors import ConversionError, UnsupportedOpError
-from edgesmith.pipeline import data
+from edgesmith.pipeline import data, registry
 from edgesmith.profiles.schema import TargetSpec
 
 
@@ -81,9 +81,13 @@ def _custom_op_model(path):
     return path
 
 
+def _targets(*specs):
+    return [(spec, registry.get(spec.format.value)) for spec in specs]
+
+
 def test_compat_names_node_and_target_for_an_unsupported_op(tmp_path):
     report = compat.check(_custom_op_model(tmp_path / "c.onnx"),
-                          [TargetSpec(format="onnx", precision="fp32")])
+                          _targets(TargetSpec(format="onnx", precision="fp32")))
     assert report.rows[0].status["onnx-fp32"] == "unsupported"
     with pytest.raises(UnsupportedOpError) as err:
         report.raise_for_unsupported()
@@ -101,7 +105,7 @@ def test_compat_report_on_digits_all_supported_for_onnx(tmp_path, splits):
 
     sys.path.pop(0)
     raw = export.export_onnx(build(), (1, 1, 8, 8), tmp_path / "d.onnx")
-    report = compat.check(raw, [TargetSpec(format="onnx", precision="int8")])
+    report = compat.check(raw, _targets(TargetSpec(format="onnx", precision="int8")))
     assert report.counts()["onnx-int8"]["unsupported"] == 0
     conv = next(r for r in report.rows if r.op_type == "Conv")
     assert "kernel_shape" in conv.attrs
