@@ -20,7 +20,7 @@ import numpy as np
 from edgesmith.artifact import write_text_atomic
 
 from . import weights as wts
-from .ir import Graph, Ref
+from .graph import DTYPES, Graph, Ref
 from .planner import Plan
 
 RUNTIME = Path(__file__).parent / "runtime"
@@ -105,8 +105,6 @@ class _Writer:
 
 
 def _np(dtype: str):
-    from .ir import DTYPES
-
     return DTYPES[dtype][0]
 
 

@@ -9,136 +9,54 @@ produce no step: their output is a view of the input buffer with another shape.
 The batch axis: a dynamic leading dimension is fixed to 1 (the Python runner loops over
 the batch); a model with fully static shapes runs at exactly those shapes.
 
-Per-op lowering lives in the ``lower`` package, one module per op family (INT8 in
-``lower/int8.py``); this module holds the data structures, constant folding and the driver.
+Per-op lowering lives in the ``lower`` package, one module per op family; the data
+structures live in ``graph``; this module holds constant folding and the driver.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from edgesmith.errors import ModelLoadError, UnsupportedOpError
+from edgesmith.errors import (
+    ConversionError,
+    EdgesmithError,
+    ModelLoadError,
+    UnsupportedOpError,
+    UsageError,
+)
 
-DTYPES = {"f32": (np.float32, "float"), "i8": (np.int8, "int8_t"), "i32": (np.int32, "int32_t"),
-          "u8": (np.uint8, "uint8_t"), "i64": (np.int64, "int64_t")}
+from .graph import DTYPES, Call, Graph, Ref, Step, Tensor, Value, c_ident
+from .lower import INT8_PASSES, LOWER, LOWER_INT8, materialize_dequant, shift_uint8_to_int8
 
+__all__ = ["DTYPES", "Call", "Graph", "Lowerer", "Ref", "Step", "Tensor", "Value", "c_ident",
+           "lower", "load_model", "supported_ops", "unsupported_nodes"]
 
-@dataclass
-class Tensor:
-    name: str
-    shape: tuple[int, ...]
-    dtype: str  # key of DTYPES
-    kind: str = "act"  # act | input | output | const
-    data: np.ndarray | None = None  # constants only, already packed
-    scale: np.ndarray | None = None  # int8 activations: per-tensor scale (size 1)
-    zero_point: int = 0
-    slack: int = 0  # readable bytes the planner keeps after it (a kernel's vector overread)
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * np.dtype(DTYPES[self.dtype][0]).itemsize
-
-    @property
-    def ctype(self) -> str:
-        return DTYPES[self.dtype][1]
-
-
-@dataclass(frozen=True)
-class Ref:
-    """A tensor argument of a C call; ``offset`` in elements."""
-
-    name: str
-    offset: int = 0
-
-
-@dataclass
-class Call:
-    fn: str
-    args: list[Any]  # Ref | int | float | list[int] | list[float] | str (a C literal)
-
-
-@dataclass
-class Step:
-    name: str  # ONNX node name (or the first node of a fused group)
-    op: str  # ONNX op type, for hooks and the report
-    inputs: list[str]  # activation tensors read
-    outputs: list[str]  # activation tensors written
-    calls: list[Call] = field(default_factory=list)
-    inplace: bool = False  # outputs[0] may share inputs[0]'s buffer (element-wise ops)
-    scratch: int = 0  # bytes of scratch the kernel needs (a tensor in the arena)
-
-
-@dataclass
-class Graph:
-    tensors: dict[str, Tensor]
-    steps: list[Step]
-    inputs: list[str]
-    outputs: list[str]
-    input_names: list[str]  # ONNX names, same order
-    output_names: list[str]
-    precision: str = "fp32"
-    model_id: int = 0  # 32-bit id tying weights.bin to the generated code
-
-    def consts(self) -> list[Tensor]:
-        return [t for t in self.tensors.values() if t.kind == "const"]
-
-
-@dataclass
-class Value:
-    """What an ONNX value name stands for during lowering."""
-
-    tensor: str  # the buffer
-    shape: tuple[int, ...]
-    deq: bool = False  # float view of an int8 tensor (a DequantizeLinear not yet run)
-
-
-# registry of per-op lowerers: op_type -> fn(lowerer, node)
-LOWER: dict[str, Callable[[Lowerer, Any], None]] = {}
-LOWER_INT8: dict[str, Callable[[Lowerer, Any], bool]] = {}
-
-
-def lowers(*ops: str):
-    def deco(fn):
-        for op in ops:
-            LOWER[op] = fn
-        return fn
-    return deco
+REQUANT_MODES = ("fp32", "fixed")
+KERNEL_SETS = ("fast", "reference")
 
 
 def supported_ops() -> set[str]:
-    _load_ops()
     return set(LOWER) | {"Constant", "QuantizeLinear", "DequantizeLinear"}
-
-
-def _load_ops() -> None:
-    from . import lower  # noqa: F401  (registers lowerers)
-
-
-def c_ident(name: str) -> str:
-    s = "".join(ch if ch.isalnum() else "_" for ch in name)
-    return s if s and not s[0].isdigit() else "t_" + s
 
 
 class Lowerer:
     def __init__(self, model, precision: str, isa: frozenset[str] = frozenset(),
-                 requant: str = "fp32"):
+                 requant: str = "fp32", kernels: str = "fast"):
         import onnx
 
         self.onnx = onnx
         self.model = model
         self.precision = precision
         self.isa = isa  # macros the deploying compiler predefines (targets/isa.py)
-        self.requant = requant  # int8 sums -> int8: "fp32" or "fixed" (lower/int8.py)
+        self.requant = requant  # int8 sums -> int8: "fp32" or "fixed" (lower/requant.py)
+        # "fast" (default): the im2col / GEMM / depthwise kernels; "reference": the
+        # portable reference kernels only (the oracle the tests compare the fast ones to)
+        self.kernels = kernels
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
                           17)
         g = model.graph
@@ -230,9 +148,10 @@ class Lowerer:
         m.ir_version = self.model.ir_version
         try:
             res = ReferenceEvaluator(m).run(None, feeds)
-        except Exception as e:  # pragma: no cover - folding failure is a model problem
-            raise ModelLoadError(f"cannot fold constant node {node.name!r} ({node.op_type}): {e}",
-                                 where=node.name) from None
+        except Exception as e:  # pragma: no cover - onnx's reference evaluator failed
+            raise ConversionError(f"cannot fold constant node {node.name!r} ({node.op_type}): "
+                                  f"{e}", where=node.name or node.op_type,
+                                  fix="simplify the model (onnxslim) or report a bug") from None
         for o, r in zip([o for o in node.output if o], res, strict=False):
             self.consts[o] = np.asarray(r)
 
@@ -244,15 +163,15 @@ class Lowerer:
         if c is not None:
             raise UnsupportedOpError(f"constant value {name!r} used as an activation",
                                      where=name, fix="fold it or report it as a bug")
-        raise ModelLoadError(f"value {name!r} has no producer", where=name)
+        raise ConversionError(f"value {name!r} has no producer", where=name,
+                              fix="check the model with onnx.checker; it must be a DAG in "
+                                  "topological order")
 
     def f32(self, name: str) -> Value:
         """A float32 buffer for ``name``, materialising a pending dequantisation."""
         v = self.value(name)
         if not v.deq:
             return v
-        from .lower.int8 import materialize_dequant
-
         return materialize_dequant(self, name, v)
 
     def bind(self, name: str, tensor: str, shape, deq: bool = False) -> None:
@@ -273,12 +192,26 @@ class Lowerer:
 
     # -- driver -----------------------------------------------------------------------------
     def run(self) -> Graph:
-        _load_ops()
-        g = self.model.graph
-        init_names = set(self.consts)
+        inputs, input_names = self._bind_inputs()
+        for node in self.nodes:
+            if id(node) in self.done or node.op_type == "Constant" or self._folds_later(node):
+                continue
+            self._lower_node(node)
+        outputs = self._bind_outputs()
+        gr = Graph(self.tensors, self.steps, inputs, outputs, input_names,
+                   list(self.graph_outputs), self.precision)
+        _prune_unused(gr)
+        if self.precision == "int8":
+            for graph_pass in INT8_PASSES:
+                graph_pass(gr)
+        gr.model_id = _model_id(gr)
+        return gr
+
+    def _bind_inputs(self) -> tuple[list[str], list[str]]:
+        """Input tensors (a dynamic batch fixed to 1) and their ONNX names."""
         inputs, input_names = [], []
-        for vi in g.input:
-            if vi.name in init_names:
+        for vi in self.model.graph.input:
+            if vi.name in self.consts:
                 continue
             tt = vi.type.tensor_type
             dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim]
@@ -295,18 +228,24 @@ class Lowerer:
             self.bind(vi.name, t, dims)
             inputs.append(t)
             input_names.append(vi.name)
-        for node in self.nodes:
-            if id(node) in self.done or node.op_type == "Constant":
-                continue
-            outs = [o for o in node.output if o]
-            if outs and all(o not in self.env for o in outs) and (
-                    self._all_const(node)
-                    or (node.op_type == "Shape" and self.alias.get(node.input[0], node.input[0])
-                        in self.env)):
-                continue  # folded lazily when a consumer asks
+        return inputs, input_names
+
+    def _folds_later(self, node) -> bool:
+        """A node whose outputs fold to constants: folded lazily when a consumer asks."""
+        outs = [o for o in node.output if o]
+        return bool(outs) and all(o not in self.env for o in outs) and (
+            self._all_const(node)
+            or (node.op_type == "Shape" and self.alias.get(node.input[0], node.input[0])
+                in self.env))
+
+    def _lower_node(self, node) -> None:
+        """One node through its INT8 pattern or its float lowering. A lowering that fails
+        with anything but an EdgesmithError is a generator fault on a model it accepted:
+        it becomes a ConversionError naming the node, not a traceback."""
+        try:
             fn8 = LOWER_INT8.get(node.op_type) if self.precision == "int8" else None
             if fn8 is not None and fn8(self, node):
-                continue
+                return
             fn = LOWER.get(node.op_type)
             if fn is None:
                 raise UnsupportedOpError(
@@ -314,12 +253,22 @@ class Lowerer:
                     where=node.name or node.op_type,
                     fix=f"supported ops: {', '.join(sorted(supported_ops()))}")
             fn(self, node)
-        outputs = []
+        except EdgesmithError:
+            raise
+        except Exception as e:
+            raise ConversionError(
+                f"lowering {node.op_type} node {node.name!r} failed: {type(e).__name__}: {e}",
+                where=node.name or node.op_type,
+                fix="check the node's attributes and inputs (onnx.checker), simplify the "
+                    "model, or report a bug with it") from e
+
+    def _bind_outputs(self) -> list[str]:
+        """Output tensors, each owning its buffer (an input or a repeated tensor is copied)."""
+        outputs: list[str] = []
         for name in self.graph_outputs:
             v = self.f32(name)
             t = self.tensors[v.tensor]
             if t.kind in ("input", "output") or v.tensor in outputs:
-                # an output must own its buffer: copy
                 dst = self.new_tensor("out_" + name, v.shape, "f32")
                 self.steps.append(Step("copy_" + name, "Identity", [v.tensor], [dst],
                                        [Call("es_copy", [Ref(dst), Ref(v.tensor), t.nbytes])]))
@@ -328,15 +277,7 @@ class Lowerer:
             t.kind = "output"
             t.shape = v.shape
             outputs.append(v.tensor)
-        gr = Graph(self.tensors, self.steps, inputs, outputs, input_names,
-                   list(self.graph_outputs), self.precision)
-        _prune_unused(gr)
-        if self.precision == "int8":
-            from .lower.int8 import hand_over_quads
-
-            hand_over_quads(gr)
-        gr.model_id = _model_id(gr)
-        return gr
+        return outputs
 
     def _all_const(self, node) -> bool:
         ins = [i for i in node.input if i]
@@ -399,26 +340,30 @@ def load_model(path: Path):
 
 
 def lower(path_or_model, precision: str = "fp32", isa: frozenset[str] = frozenset(),
-          requant: str = "fp32") -> Graph:
+          requant: str = "fp32", kernels: str = "fast") -> Graph:
     """ONNX (path or ModelProto) -> Graph. ``precision='int8'`` turns QDQ patterns into
     quantized kernels; anything else runs in float between dequantize/quantize steps.
     ``isa``: the deploying compiler's predefined macros, where a kernel's weight packing
     depends on its instructions (isa.macros). ``requant``: how int8 convolutions, Gemm and
     GlobalAveragePool rescale their sums, "fp32" (XNNPACK's and onnxruntime's arithmetic)
-    or "fixed" (TFLite's integer-only reference, for cores without an FPU)."""
+    or "fixed" (TFLite's integer-only reference, for cores without an FPU). ``kernels``:
+    "fast", or "reference" for the portable reference kernels only (the tests' oracle)."""
+    _check_choice("precision", precision, ("fp32", "int8"))
+    _check_choice("requant", requant, REQUANT_MODES)
+    _check_choice("kernels", kernels, KERNEL_SETS)
     model = path_or_model
     if isinstance(path_or_model, (str, Path)):
         model = load_model(Path(path_or_model))
-    from .lower.int8 import shift_uint8_to_int8
-
     if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node):
-        import copy
-
         model = copy.deepcopy(model) if model is path_or_model else model
         shift_uint8_to_int8(model)
-    if requant not in ("fp32", "fixed"):
-        raise ValueError(f"requant must be 'fp32' or 'fixed', not {requant!r}")
-    return Lowerer(model, precision, isa, requant).run()
+    return Lowerer(model, precision, isa, requant, kernels).run()
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise UsageError(f"{name} must be one of {', '.join(map(repr, choices))}, not {value!r}",
+                         where=name, fix=f"pass {name}={choices[0]!r} or another of those")
 
 
 def unsupported_nodes(path_or_model) -> list[tuple[str, str]]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .ir import Graph
+from .graph import Graph
 
 
 @dataclass(frozen=True)

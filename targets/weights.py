@@ -13,7 +13,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .ir import Graph
+from .graph import Graph
 from .planner import align
 
 MAGIC = b"ESWB"

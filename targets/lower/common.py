@@ -9,11 +9,14 @@ was needed by two or more families and would otherwise be imported sideways betw
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from edgesmith.errors import UnsupportedOpError
 
-from ..ir import Lowerer
+if TYPE_CHECKING:
+    from ..ir import Lowerer
 
 MAX_DIMS = 6
 ACT = {"none": 0, "relu": 1, "clip": 2, "leaky": 3}

@@ -5,15 +5,22 @@ for the runtime: weights are packed once into the OIHW layout the kernels read, 
 following BatchNormalization and activation are folded into the weights and the kernel's
 epilogue (so a standalone BatchNormalization is only the fallback), and the choice
 between the reference and the fast im2col / depthwise kernels is made here, following
-the INT8 lowering's ``KERNEL`` switch so one test toggle covers both precisions.
+the Lowerer's ``kernels`` option so one switch covers both precisions.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from ..ir import Call, Lowerer, Ref, lowers
+from ..graph import Call, Ref
+from . import kernels as K
 from .common import ACT, as2d, conv_pads, conv_params, fusable_act, prod, unsupported
+from .registry import lowers
+
+if TYPE_CHECKING:
+    from ..ir import Lowerer
 
 
 @lowers("Conv")
@@ -59,22 +66,26 @@ def conv(L: Lowerer, node) -> None:
     wt = L.const_tensor(node.name + "_w" if node.name else out + "_w", w, "f32")
     bt = L.const_tensor(node.name + "_b" if node.name else out + "_b", b, "f32")
     params = conv_params(c, sp, m, osp, kk, ss, pp, dd, group, code, a0, a1)
-    from . import int8  # KERNEL: "reference" switches both precisions to the oracle
-
-    fn, scratch = "es_conv2d_f32", 0
-    if int8.KERNEL != "reference" and group == 1:
-        # im2col tiles of 32 pixels + 4x16 FMA micro-kernel (ES_F32_GEMM_SCRATCH)
-        fn, scratch = "es_conv2d_f32_gemm", 4 * 32 * c * kk[0] * kk[1]
-    elif int8.KERNEL != "reference" and group == c == m:
-        hp = (osp[0] - 1) * ss[0] + (kk[0] - 1) * dd[0] + 1
-        wp = (osp[1] - 1) * ss[1] + (kk[1] - 1) * dd[1] + 1
-        fn, scratch = "es_dwconv2d_f32", 4 * hp * wp + 64
-    sc = [Ref("__scratch")] if scratch else []
-    calls = [Call(fn, [Ref(x.tensor, i * c * sp[0] * sp[1]), Ref(wt), Ref(bt), *sc,
-                       Ref(y, i * m * osp[0] * osp[1]), params])
+    kernel = _f32_kernel(L, params)
+    sc = [Ref("__scratch")] if kernel.scratch else []
+    calls = [Call(kernel.fn, [Ref(x.tensor, i * c * sp[0] * sp[1]), Ref(wt), Ref(bt), *sc,
+                              Ref(y, i * m * osp[0] * osp[1]), params], kernel)
              for i in range(n)]
+    scratch = kernel.scratch(params) if kernel.scratch else 0
     L.add_step(node, [x.tensor], [y], calls, scratch=scratch)
     L.bind(out, y, oshape)
+
+
+def _f32_kernel(L: Lowerer, p: dict):
+    """es_conv2d_f32 (the reference), or the im2col tiles + 4x16 FMA micro-kernel for one
+    group (ES_F32_GEMM_SCRATCH), or the depthwise kernel on a padded plane."""
+    if L.kernels == "reference":
+        return K.CONV_F32
+    if p["group"] == 1:
+        return K.CONV_F32_GEMM
+    if p["group"] == p["C"] == p["M"]:
+        return K.DWCONV_F32
+    return K.CONV_F32
 
 
 def bn_affine(L: Lowerer, node):

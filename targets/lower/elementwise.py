@@ -8,10 +8,16 @@ never interprets shapes at run time.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from ..ir import Call, Lowerer, Ref, lowers
+from ..graph import Call, Ref
 from .common import bcast_params, clip_bounds, prod
+from .registry import lowers
+
+if TYPE_CHECKING:
+    from ..ir import Lowerer
 
 UNARY = {"Relu": "ES_U_RELU", "Clip": "ES_U_CLIP", "LeakyRelu": "ES_U_LEAKY",
          "Sigmoid": "ES_U_SIGMOID", "HardSigmoid": "ES_U_HARDSIGMOID",

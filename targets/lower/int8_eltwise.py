@@ -19,23 +19,20 @@ and runs in float between dequantize and quantize steps.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from edgesmith.errors import UnsupportedOpError
 
-from ..ir import LOWER_INT8, Call, Lowerer, Ref
+from ..graph import Call, Ref
 from .common import bcast_params, prod
-from .int8 import (
-    _act_range,
-    _deq_input,
-    _finish,
-    _out_tensor,
-    _q_after,
-    _qparams,
-    _rq_mode,
-    quantize_multiplier,
-)
+from .qdq import act_range, deq_input, finish, out_tensor, q_after, qparams
+from .registry import LOWER_INT8
+from .requant import quantize_multiplier, rq_mode
+
+if TYPE_CHECKING:
+    from ..ir import Lowerer
 
 ADD_LEFT_SHIFT = 20  # TFLite's headroom for the rescaled inputs of an int8 add
 
@@ -53,7 +50,7 @@ class Operand:
 
 def _operand(L: Lowerer, node, k: int) -> Operand | None:
     name = node.input[k]
-    v = _deq_input(L, name)
+    v = deq_input(L, name)
     if v is not None:
         t = L.tensors[v.tensor]
         return Operand(v.tensor, v.shape, float(t.scale), t.zero_point, True)
@@ -62,7 +59,7 @@ def _operand(L: Lowerer, node, k: int) -> Operand | None:
         dq = L.producer.get(dq.input[0])
     if dq is None or dq.op_type != "DequantizeLinear":
         return None
-    q, qp = L.const(dq.input[0]), _qparams(L, dq)
+    q, qp = L.const(dq.input[0]), qparams(L, dq)
     if q is None or q.dtype != np.int8 or qp is None:
         return None
     t = L.const_tensor(f"{node.name}_{'ab'[k]}", q, "i8")
@@ -103,7 +100,7 @@ class _Binary:
 
 
 def _match(L: Lowerer, node) -> _Binary | None:
-    pat = _q_after(L, node.output[0])
+    pat = q_after(L, node.output[0])
     if pat is None:
         return None
     a, b = _operand(L, node, 0), _operand(L, node, 1)
@@ -115,7 +112,7 @@ def _match(L: Lowerer, node) -> _Binary | None:
     except UnsupportedOpError:  # more than ES_MAX_DIMS dims after merging
         return None
     qnode, act = pat
-    s_y, zp_y = _qparams(L, qnode)
+    s_y, zp_y = qparams(L, qnode)
     return _Binary(a, b, oshape, bc, qnode, act, s_y, zp_y)
 
 
@@ -144,10 +141,10 @@ def add_i8(L: Lowerer, node) -> bool:
     m = _match(L, node)
     if m is None:
         return False
-    qmin, qmax = _act_range(L, m.act, m.y_scale, m.y_zp)
+    qmin, qmax = act_range(L, m.act, m.y_scale, m.y_zp)
     params = add_params(m.a.scale, m.b.scale, m.y_scale, m.a.zero_point, m.b.zero_point,
-                        m.y_zp, qmin, qmax, node.op_type == "Sub", _rq_mode(L))
-    y = _out_tensor(L, m.qnode, m.oshape)
+                        m.y_zp, qmin, qmax, node.op_type == "Sub", rq_mode(L))
+    y = out_tensor(L, m.qnode, m.oshape)
     if m.contiguous:
         call = Call("es_add_i8", [Ref(m.a.tensor), Ref(m.b.tensor), Ref(y), prod(m.oshape),
                                   params])
@@ -156,7 +153,7 @@ def add_i8(L: Lowerer, node) -> bool:
             "__struct__": "es_qadd_bcast_params", **_nested("q", params),
             **_nested("bc", m.bcast)}])
     L.add_step(node, m.inputs(), [y], [call], inplace=m.inplace)
-    _finish(L, m.qnode, m.act, y, m.oshape)
+    finish(L, m.qnode, m.act, y, m.oshape)
     return True
 
 
@@ -172,14 +169,14 @@ def mul_i8(L: Lowerer, node) -> bool:
     m = _match(L, node)
     if m is None:
         return False
-    qmin, qmax = _act_range(L, m.act, m.y_scale, m.y_zp)
+    qmin, qmax = act_range(L, m.act, m.y_scale, m.y_zp)
     params = mul_params(m.a.scale, m.b.scale, m.y_scale, m.a.zero_point, m.b.zero_point,
                         m.y_zp, qmin, qmax)
-    y = _out_tensor(L, m.qnode, m.oshape)
+    y = out_tensor(L, m.qnode, m.oshape)
     L.add_step(node, m.inputs(), [y], [Call("es_mul_i8", [
         Ref(m.a.tensor), Ref(m.b.tensor), Ref(y), {**params, **_nested("bc", m.bcast)}])],
         inplace=m.inplace)
-    _finish(L, m.qnode, m.act, y, m.oshape)
+    finish(L, m.qnode, m.act, y, m.oshape)
     return True
 
 

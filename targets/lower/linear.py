@@ -8,10 +8,16 @@ fused activation serves both. Only a MatMul of two run-time operands needs the b
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from ..ir import Call, Lowerer, Ref, lowers
+from ..graph import Call, Ref
 from .common import ACT, bcast_params, fusable_act, prod, unsupported
+from .registry import lowers
+
+if TYPE_CHECKING:
+    from ..ir import Lowerer
 
 
 @lowers("Gemm")

@@ -8,8 +8,14 @@ dedicated kernel.
 
 from __future__ import annotations
 
-from ..ir import Call, Lowerer, Ref, lowers
+from typing import TYPE_CHECKING
+
+from ..graph import Call, Ref
 from .common import prod
+from .registry import lowers
+
+if TYPE_CHECKING:
+    from ..ir import Lowerer
 
 
 @lowers("Softmax", "LogSoftmax")

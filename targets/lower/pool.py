@@ -7,8 +7,14 @@ geometry lives in ``common`` because the INT8 max-pool uses the same computation
 
 from __future__ import annotations
 
-from ..ir import Call, Lowerer, Ref, lowers
+from typing import TYPE_CHECKING
+
+from ..graph import Call, Ref
 from .common import _axes, pool_geometry, prod, unsupported
+from .registry import lowers
+
+if TYPE_CHECKING:
+    from ..ir import Lowerer
 
 
 @lowers("MaxPool", "AveragePool")

@@ -9,11 +9,16 @@ switch and never sees an ONNX attribute.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..ir import Call, Lowerer, Ref, lowers
+from ..graph import Call, Ref
 from .common import unsupported
+from .registry import lowers
+
+if TYPE_CHECKING:
+    from ..ir import Lowerer
 
 COORD = {"half_pixel": 0, "align_corners": 1, "asymmetric": 2, "pytorch_half_pixel": 3,
          "tf_half_pixel_for_nn": 4}

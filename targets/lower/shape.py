@@ -9,10 +9,16 @@ values, which is why Transpose also serves int8 tensors.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from ..ir import Call, Lowerer, Ref, lowers
+from ..graph import Call, Ref
 from .common import MAX_DIMS, _axes, prod, unsupported
+from .registry import lowers
+
+if TYPE_CHECKING:
+    from ..ir import Lowerer
 
 
 def _view(L: Lowerer, node, shape) -> None:

@@ -18,7 +18,7 @@ CHECK = Path(__file__).parent / "c" / "add_check.c"
 
 
 def _cases(n: int, seed: int = 0):
-    from edgesmith.targets.lower.int8 import quantize_multiplier
+    from edgesmith.targets.lower.requant import quantize_multiplier
 
     rng = np.random.default_rng(seed)
     for i in range(n):

@@ -68,7 +68,7 @@ def _build(cc: str, flags: list[str], out: Path) -> Path:
 def _run_all(binary: Path, wrapper: list[str], cases) -> None:
     """Runs every case; the scratch size the check program used (ES_I8_DW_HWC_SCRATCH)
     must be the one the generator plans for (lower/int8.py dw_hwc_scratch)."""
-    from edgesmith.targets.lower.int8 import dw_hwc_scratch
+    from edgesmith.targets.lower.kernels import dw_hwc_scratch
 
     keys = ["C", "H", "W", "M", "KH", "KW", "SH", "SW", "PT", "PL", "DH", "DW", "group"]
     for args in cases:

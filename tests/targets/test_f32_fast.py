@@ -35,10 +35,9 @@ def test_fast_f32_conv_matches_reference(name, cc, flags, wrapper, tmp_path):
 
 def test_generated_f32_model_uses_fast_conv_and_reference_switch(digits_onnx):
     from edgesmith.targets.ir import lower
-    from edgesmith.targets.lower.int8 import reference_kernels
 
     fns = {c.fn for st in lower(digits_onnx, "fp32").steps for c in st.calls}
     assert {"es_conv2d_f32_gemm", "es_dwconv2d_f32"} <= fns and "es_conv2d_f32" not in fns
-    with reference_kernels():
-        fns = {c.fn for st in lower(digits_onnx, "fp32").steps for c in st.calls}
+    fns = {c.fn for st in lower(digits_onnx, "fp32", kernels="reference").steps
+           for c in st.calls}
     assert "es_conv2d_f32" in fns and "es_conv2d_f32_gemm" not in fns

@@ -33,7 +33,7 @@ def test_int8_model_uses_integer_kernels(digits_c_int8):
 
 
 def test_fixed_point_requantization_matches_tflite_reference():
-    from edgesmith.targets.lower.int8 import quantize_multiplier
+    from edgesmith.targets.lower.requant import quantize_multiplier
 
     for real in (0.0003, 0.02, 0.5, 0.99999, 1.7, 12.0):
         m, s = quantize_multiplier(real)
@@ -133,7 +133,7 @@ def test_uint8_shift_preserves_every_quantized_value():
     from onnx import TensorProto, helper, numpy_helper
     from onnx.reference import ReferenceEvaluator
 
-    from edgesmith.targets.lower.int8 import shift_uint8_to_int8
+    from edgesmith.targets.lower.qdq import shift_uint8_to_int8
 
     nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q0"),
              helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dq0")]

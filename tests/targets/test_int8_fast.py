@@ -100,7 +100,7 @@ def test_fast_int8_conv_stays_inside_its_scratch_under_asan(tmp_path):
     size, so AddressSanitizer sees one byte past it), and the dot kernel's scratch size in
     the generator equals es_i8_dot_scratch in C on every geometry (and es_conv2d_i8_cl's
     equals es_i8_cl_scratch)."""
-    from edgesmith.targets.lower.int8 import cl_i8_scratch, dot_i8_scratch
+    from edgesmith.targets.lower.kernels import cl_i8_scratch, dot_i8_scratch
 
     b = _build("cc", ["-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover",
                       "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]
@@ -130,12 +130,11 @@ def test_fast_int8_conv_stays_inside_its_scratch_under_asan(tmp_path):
 
 def test_generated_int8_model_uses_fast_paths_and_reference_switch(work, digits_qdq):
     from edgesmith.targets.ir import lower
-    from edgesmith.targets.lower.int8 import reference_kernels
 
     fns = {c.fn for st in lower(digits_qdq, "int8").steps for c in st.calls}
     assert {"es_dwconv2d_i8_hwc", "es_conv2d_i8_gemm"} <= fns and "es_conv2d_i8" not in fns
-    with reference_kernels():
-        fns = {c.fn for st in lower(digits_qdq, "int8").steps for c in st.calls}
+    fns = {c.fn for st in lower(digits_qdq, "int8", kernels="reference").steps
+           for c in st.calls}
     assert "es_conv2d_i8" in fns and "es_conv2d_i8_fast" not in fns
 
 
@@ -146,7 +145,7 @@ def test_int8_digits_arena_fits_under_tflite_micro(digits_qdq):
     planner stays within 5% of the liveness lower bound."""
     from edgesmith.targets.ir import lower
     from edgesmith.targets.isa import VNNI
-    from edgesmith.targets.lower.int8 import gemm_i8_scratch
+    from edgesmith.targets.lower.kernels import gemm_i8_scratch
     from edgesmith.targets.planner import plan
 
     gemm = plan(lower(digits_qdq, "int8"))
@@ -162,7 +161,7 @@ def test_int8_digits_arena_fits_under_tflite_micro(digits_qdq):
 def test_requantization_rounds_once_to_the_exact_value(name, cc, flags, wrapper, tmp_path):
     """es_mul_q and its SIMD forms equal floor(x * real + 1/2) for real = mult * 2^(shift-31):
     one rounding, where gemmlowp's doubling-high-multiply-then-shift rounds twice."""
-    from edgesmith.targets.lower.int8 import quantize_multiplier
+    from edgesmith.targets.lower.requant import quantize_multiplier
 
     b = tmp_path / f"requant_{name}"
     subprocess.run([cc, *flags, "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{RT}",
@@ -198,7 +197,7 @@ def test_fp32_requantization_is_float32_multiply_rounded_half_to_even(name, cc, 
     """ES_RQ_FP32 (es_requant and its SIMD forms) is onnxruntime's and XNNPACK's arithmetic:
     float32(acc) * scale in float32, clamped to [qmin - y_zp, qmax - y_zp], rounded half to
     even, + y_zp; the scale is the float32 the generator wrote as (mult, shift), exactly."""
-    from edgesmith.targets.lower.int8 import fp32_multiplier
+    from edgesmith.targets.lower.requant import fp32_multiplier
 
     b = tmp_path / f"rqf_{name}"
     subprocess.run([cc, *flags, "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{RT}",

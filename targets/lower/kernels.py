@@ -1,0 +1,127 @@
+"""The convolution kernels the lowerings choose between, each with its scratch size.
+
+A kernel's scratch is planned in Python (the planner needs the bytes) and consumed in C,
+where edgesmith_rt.h states the same size as a macro. Each ``Kernel`` below names both:
+``scratch`` computes the bytes from the kernel's es_conv_params fields, ``scratch_c``
+writes the macro call that states them, and codegen emits a compile-time check in model.c
+that every planned scratch is at least its macro, so a drift between the two fails the
+build instead of overrunning the arena. The quad flags say which kernels read or write
+es_conv2d_i8_dot's uint8 channel-quad planes (passes.hand_over_quads).
+"""
+
+from __future__ import annotations
+
+from ..graph import Kernel
+
+
+def _args(p: dict, *keys: str) -> str:
+    return ", ".join(str(int(p[k])) for k in keys)
+
+
+def padded(p: dict) -> tuple[int, int]:
+    """Rows and columns of the padded input the taps read (ES_DOT_PADDED)."""
+    hp = (p["OH"] - 1) * p["SH"] + (p["KH"] - 1) * p["DH"] + 1
+    wp = (p["OW"] - 1) * p["SW"] + (p["KW"] - 1) * p["DW"] + 1
+    return hp, wp
+
+
+# -- scratch sizes, mirroring edgesmith_rt.h ---------------------------------------------------
+def gemm_i8_scratch(k: int, m: int) -> int:
+    """Bytes of es_conv2d_i8_gemm scratch; mirrors ES_I8_GEMM_KB2 / ES_I8_GEMM_SCRATCH."""
+    k2 = (k + 1) // 2
+    kb2 = 64 if k2 > 64 and 64 + m < k2 else k2
+    return 64 * kb2 + (64 * m if kb2 < k2 else 0)
+
+
+def dot_i8_scratch(p: dict) -> int:
+    """Bytes of es_conv2d_i8_dot scratch for conv params ``p`` (conv_params' fields);
+    mirrors es_i8_dot_plan / ES_I8_DOT_SCRATCH in edgesmith_rt.h: stride-1 and stride-2
+    convs with at most 7x7 taps read the (2x2-phase split) padded input in place, unless
+    the dropped padded columns cost over 1/4 more tiles; the rest add an im2col block,
+    blocked by the fewest taps that fill 32 words when that plus the [M][16] int32
+    partial sums is the smaller."""
+    hp, wp = padded(p)
+    c4, taps = (p["C"] + 3) // 4, p["KH"] * p["KW"]
+    s = p["SH"] if p["SH"] == p["SW"] and p["SH"] <= 2 else 0
+    hq, wq = -(-hp // max(s, 1)), -(-wp // max(s, 1))
+    tiles = -(-(p["OH"] * p["OW"]) // 16)
+    direct = s > 0 and taps <= 49 and 4 * -(-((p["OH"] - 1) * wq + p["OW"]) // 16) <= 5 * tiles
+    if not direct:
+        s, hq, wq = 1, hp, wp
+    tb = min(-(-32 // c4), taps)
+    kt = tb if not direct and tb * c4 + p["M"] < taps * c4 else taps
+    n = (0 if p.get("x_quads") else 4 * s * s * hq * wq * c4 + 64) + (4 * wp if s > 1 else 0)
+    if not direct:
+        n += 64 * kt * c4
+    return n + (64 * p["M"] if kt < taps else 0)
+
+
+def cl_i8_scratch(p: dict) -> int:
+    """Bytes of es_conv2d_i8_cl scratch; mirrors ES_I8_CL_SCRATCH: the padded input (the
+    rows and columns the taps read) as HWC uint8 channel quads."""
+    hp, wp = padded(p)
+    return 4 * hp * wp * ((p["C"] + 3) // 4)
+
+
+def dw_hwc_scratch(p: dict) -> int:
+    """Bytes of es_dwconv2d_i8_hwc scratch for conv params ``p``; mirrors
+    ES_I8_DW_HWC_SCRATCH: a ring of KH + B - 1 transposed input rows (B rows of a narrow
+    plane transposed at once), a byte row when DW > 1, the output columns, the block's
+    weights and row sums. It does not grow with the channel count."""
+    kh, kw, dh, dw, w, ow = p["KH"], p["KW"], p["DH"], p["DW"], p["W"], p["OW"]
+    wp = padded(p)[1]
+    b = 16 // w if dh == 1 and (dw == 1 or kw == 1) and w < 16 else 1
+    obc = ((ow if ow >= 16 else (15 + ow) // ow * ow) + 15) // 16 * 16
+    return (64 * (kh + b - 1) * wp + (16 * ((wp + 3 * dw + 15) // 16 * 16) if dw > 1 else 0)
+            + 16 * obc + 64 * kh * ((kw + 1) // 2 + 1) + 4 * (3 * kh + b - 1))
+
+
+def use_cl(p: dict) -> bool:
+    """Whether es_conv2d_i8_cl (output channels in lanes) beats es_conv2d_i8_dot (pixels in
+    lanes) for conv params ``p``: on every spatial kernel and on 1x1 convs over planes of at
+    most 16 pixels, unless rounding M up to its 32-channel tiles wastes over a third (M = 16
+    computes 32). Measured per conv, both kernels in one binary (issue 6 note): 3x3 64->64
+    on 4x4 3.0 vs 5.7 us, 3x3 32->32 on 8x8 3.4 vs 5.4 us, 1x1 192->64 on 4x4 1.3 vs 2.1 us;
+    1x1 convs on 8x8 and larger planes are faster as pixel lanes (2.2 vs 2.5 us at 64->64),
+    and so is M = 16 (3->16 stem on 64x64, 10.6 vs 23 us)."""
+    m32 = -(-p["M"] // 32) * 32
+    return 3 * m32 <= 4 * p["M"] and (p["KH"] * p["KW"] > 1 or p["OH"] * p["OW"] <= 16)
+
+
+# -- the kernels -----------------------------------------------------------------------------
+_GEO = ("C", "M", "OH", "OW", "KH", "KW", "SH", "SW", "DH", "DW")
+
+# int8, the portable reference (the oracle): an int32 accumulator plane
+CONV_I8 = Kernel("es_conv2d_i8", lambda p: 4 * p["OH"] * p["OW"],
+                 lambda p: f"ES_I8_CONV_SCRATCH({_args(p, 'OH', 'OW')})")
+# int8, any grouping: four int32 planes and the int16 input
+CONV_I8_FAST = Kernel(
+    "es_conv2d_i8_fast", lambda p: 16 * p["OH"] * p["OW"] + 2 * p["C"] * p["H"] * p["W"] + 4,
+    lambda p: f"ES_I8_FAST_SCRATCH({_args(p, 'C', 'H', 'W', 'OH', 'OW')})")
+# int8, one group: im2col tiles of int16 pairs and a blocked GEMM
+CONV_I8_GEMM = Kernel(
+    "es_conv2d_i8_gemm", lambda p: gemm_i8_scratch(p["C"] * p["KH"] * p["KW"], p["M"]),
+    lambda p: f"ES_I8_GEMM_SCRATCH({p['C'] * p['KH'] * p['KW']}, {int(p['M'])})")
+# int8, one group, u8 x s8 dot products with pixels in the lanes (AVX-512 VNNI)
+CONV_I8_DOT = Kernel(
+    "es_conv2d_i8_dot", dot_i8_scratch,
+    lambda p: f"ES_I8_DOT_SCRATCH({_args(p, *_GEO)}, {int(p.get('x_quads', 0))})",
+    reads_quads=True)
+# int8, one group, output channels in the lanes (small planes)
+CONV_I8_CL = Kernel("es_conv2d_i8_cl", cl_i8_scratch,
+                    lambda p: f"ES_I8_CL_SCRATCH({_args(p, *_GEO)})")
+# int8 depthwise in 16-channel HWC blocks
+DWCONV_I8_HWC = Kernel(
+    "es_dwconv2d_i8_hwc", dw_hwc_scratch,
+    lambda p: "ES_I8_DW_HWC_SCRATCH({}, {})".format(
+        _args(p, "KH", "KW", "DH", "DW", "W", "OW"), padded(p)[1]),
+    writes_quads=True)
+# float32: the reference needs no scratch; the GEMM an im2col tile, depthwise a padded plane
+CONV_F32 = Kernel("es_conv2d_f32")
+CONV_F32_GEMM = Kernel("es_conv2d_f32_gemm", lambda p: 4 * 32 * p["C"] * p["KH"] * p["KW"],
+                       lambda p: f"ES_F32_GEMM_SCRATCH({p['C'] * p['KH'] * p['KW']})")
+DWCONV_F32 = Kernel("es_dwconv2d_f32", lambda p: 4 * padded(p)[0] * padded(p)[1] + 64,
+                    lambda p: "ES_F32_DW_SCRATCH({}, {})".format(*padded(p)))
+
+# kernels whose bias is bias_u8 (the u8 shift folded in)
+U8_KERNELS = (CONV_I8_DOT, CONV_I8_CL)

@@ -1,0 +1,56 @@
+"""Whole-graph passes over a lowered INT8 graph, run by ``ir.lower`` in the order of
+``INT8_PASSES`` once every node is lowered (a pass sees producers and readers that a
+per-node lowering cannot)."""
+
+from __future__ import annotations
+
+from ..graph import Graph, Step
+
+
+def _single_kernel_call(st: Step):
+    """The one call of a step that planned its kernel, else None."""
+    return st.calls[0] if len(st.calls) == 1 and st.calls[0].kernel is not None else None
+
+
+def _reads_planes_in_place(p: dict) -> bool:
+    """A 1x1, stride-1, unpadded conv with whole channel quads: its input pixels are its
+    output pixels, so it can read quad planes as they are."""
+    return (not p["C"] % 4 and (p["KH"], p["KW"], p["SH"], p["SW"], p["PT"], p["PL"])
+            == (1, 1, 1, 1, 0, 0) and (p["OH"], p["OW"]) == (p["H"], p["W"]))
+
+
+def hand_over_quads(g: Graph) -> int:
+    """Depthwise conv -> 1x1 conv pairs (an inverted residual block's middle) that keep the
+    tensor between them in es_conv2d_i8_dot's input layout, uint8 channel-quad planes
+    (es_conv_params y_quads / x_quads): the depthwise kernel writes them in one dword
+    transpose per 16 pixels instead of transposing to CHW, and the 1x1 conv skips turning
+    CHW back into planes. Only where the producer's kernel can write the planes, the
+    reader's kernel can read them, the 1x1 conv is the tensor's one reader and reads it in
+    place (stride 1, unpadded, batch 1) and the channels fill whole quads. The tensor gets
+    64 bytes of slack, which the dot kernel's last tile may read. Returns the count."""
+    readers: dict[str, int] = {}
+    for st in g.steps:
+        for t in st.inputs:
+            readers[t] = readers.get(t, 0) + 1
+    producer = {t: st for st in g.steps for t in st.outputs}
+    n = 0
+    for st in g.steps:
+        call = _single_kernel_call(st)
+        if call is None or not call.kernel.reads_quads:
+            continue
+        p = call.args[-1]
+        x = st.inputs[0]
+        src = producer.get(x)
+        src_call = _single_kernel_call(src) if src is not None else None
+        if (src_call is None or not src_call.kernel.writes_quads or readers.get(x) != 1
+                or g.tensors[x].kind != "act" or not _reads_planes_in_place(p)):
+            continue
+        p["x_quads"] = 1
+        src_call.args[-1]["y_quads"] = 1
+        st.scratch = call.kernel.scratch(p)
+        g.tensors[x].slack = 64
+        n += 1
+    return n
+
+
+INT8_PASSES = (hand_over_quads,)
