@@ -131,6 +131,11 @@ def export_qdq(qmodel: nn.Module, example: torch.Tensor, path: Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # torch.onnx.export rewrites the file in place, keeping mkstemp's 0600: give it the mode
+    # every other output has (0666 & ~umask), or another user's bench cannot read it
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
     os.close(fd)
     was_training = qmodel.training
     qmodel.eval()
