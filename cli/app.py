@@ -7,6 +7,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from edgesmith.errors import EXIT_INPUT, EdgesmithError
 
@@ -35,7 +36,9 @@ def main() -> None:
     try:
         app()
     except EdgesmithError as e:
-        err_console.print(f"[bold red]error:[/] {e.message()}", markup=True, soft_wrap=True)
+        # escaped: a message quoting "[batch, 3, h, w]" or "ds.py:get[val]" is not markup
+        err_console.print(f"[bold red]error:[/] {escape(e.message())}", markup=True,
+                          soft_wrap=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/]: a build publishes nothing half-written (the "

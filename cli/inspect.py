@@ -19,7 +19,10 @@ _STYLE = {"supported": "green", "lowered": "yellow", "unsupported": "bold red"}
 def inspect(
     model: str = typer.Argument(..., help=MODEL_HELP),
     profile: str = typer.Option("host", "--profile", "-p", help=PROFILE_HELP),
-    data: str = typer.Option("digits", "--data", "-d", help=DATA_HELP + " (for input shape)"),
+    data: str | None = typer.Option(
+        None, "--data", "-d",
+        help=DATA_HELP + " (sets the input shape; default: an .onnx's declared input, "
+             "else the digits' 1x8x8)"),
     arch: str = typer.Option(None, help="callable building the architecture of a state dict"),
     trust_pickle: bool = typer.Option(False, help="allow arbitrary pickles in .pt (runs code!)"),
     all_nodes: bool = typer.Option(False, "--all", help="list every node, not only problems"),

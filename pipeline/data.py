@@ -8,6 +8,8 @@ and written to the manifest.
 from __future__ import annotations
 
 import hashlib
+import zipfile
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,9 @@ class Splits:
     num_classes: int
     source: str
     seed: int
+    # each split's row numbers in the source's x, so an error can name the sample the user
+    # finds in their own file; None when the source handed over its splits ready-made
+    origin: dict[str, np.ndarray] | None = field(default=None, compare=False, repr=False)
 
     @property
     def sha256(self) -> str:
@@ -76,17 +81,50 @@ class Splits:
         }
 
 
-def split(x: np.ndarray, y: np.ndarray, seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def split_indices(n: int, seed: int) -> dict[str, np.ndarray]:
     """A seeded permutation cut by SPLIT_FRACTIONS: same seed, same split, on any machine."""
-    order = np.random.default_rng(seed).permutation(len(x))
-    n_train = int(round(len(x) * SPLIT_FRACTIONS["train"]))
-    n_calib = int(round(len(x) * SPLIT_FRACTIONS["calib"]))
-    parts = {
+    order = np.random.default_rng(seed).permutation(n)
+    n_train = int(round(n * SPLIT_FRACTIONS["train"]))
+    n_calib = int(round(n * SPLIT_FRACTIONS["calib"]))
+    return {
         "train": order[:n_train],
         "calib": order[n_train:n_train + n_calib],
         "val": order[n_train + n_calib:],
     }
-    return {k: (x[idx], y[idx]) for k, idx in parts.items()}
+
+
+def _first_bad(mask: np.ndarray) -> tuple[int, int]:
+    """(index of the first sample with any True, how many samples have one)."""
+    per_sample = mask.reshape(len(mask), -1).any(axis=1)
+    bad = np.flatnonzero(per_sample)
+    return int(bad[0]), len(bad)
+
+
+def _check_finite(x: np.ndarray, x32: np.ndarray, where: str) -> None:
+    """NaN/Inf inputs poison every figure downstream (and then look like an optimiser or
+    converter bug), so they are refused here, where the file and the sample are known."""
+    bad32 = ~np.isfinite(x32)
+    if not bad32.any():
+        return
+    i, count = _first_bad(bad32)
+    if np.issubdtype(x.dtype, np.floating) and np.isfinite(x[i]).all():
+        big = float(np.abs(x[i]).max())
+        what = (f"sample {i} holds {big:.3g}, beyond float32's range (models run in float32)"
+                f"; {count} sample(s) do")
+        fix = "rescale or normalise the inputs before saving them"
+    else:
+        kinds = sorted({"NaN" if np.isnan(v) else "Inf" for v in x32[i][~np.isfinite(x32[i])]})
+        what = f"sample {i} holds {'/'.join(kinds)}; {count} sample(s) hold NaN or Inf"
+        fix = "drop or repair those samples (np.isfinite(x).all(axis=...) finds them)"
+    raise DataError(f"x is not finite: {what}", where=where, fix=fix)
+
+
+def _check_labels_nonnegative(y: np.ndarray, where: str) -> None:
+    if (y < 0).any():
+        i, count = _first_bad(y < 0)
+        raise DataError(f"sample {i} has label {int(y[i])}; labels must be 0..num_classes-1 "
+                        f"({count} negative)", where=where,
+                        fix="store class indices 0..K-1 in y")
 
 
 def _check_arrays(x: Any, y: Any, where: str) -> tuple[np.ndarray, np.ndarray]:
@@ -107,25 +145,80 @@ def _check_arrays(x: Any, y: Any, where: str) -> tuple[np.ndarray, np.ndarray]:
             y = y.astype(np.int64)
         else:
             raise DataError(f"y has dtype {y.dtype}; expected integer class labels", where=where)
-    if not np.issubdtype(x.dtype, np.number):
-        raise DataError(f"x has dtype {x.dtype}; expected numbers", where=where)
-    return np.ascontiguousarray(x, dtype=np.float32), y.astype(np.int64)
+    if not np.issubdtype(x.dtype, np.number) or np.iscomplexobj(x):
+        raise DataError(f"x has dtype {x.dtype}; expected real numbers", where=where)
+    with np.errstate(over="ignore", invalid="ignore"):
+        x32 = np.ascontiguousarray(x, dtype=np.float32)
+    _check_finite(x, x32, where)
+    y = y.astype(np.int64)
+    _check_labels_nonnegative(y, where)
+    return x32, y
 
 
 def _make(parts: dict[str, tuple[np.ndarray, np.ndarray]], source: str, seed: int,
-          normalization: dict[str, Any]) -> Splits:
-    x_all = np.concatenate([parts[k][0] for k in ("train", "calib", "val")])
-    y_all = np.concatenate([parts[k][1] for k in ("train", "calib", "val")])
-    num_classes = int(y_all.max()) + 1
-    if y_all.min() < 0:
-        raise DataError("labels must be 0..num_classes-1; found a negative label", where=source)
-    spec = InputSpec(shape=tuple(int(d) for d in x_all.shape[1:]), normalization=normalization)
+          normalization: dict[str, Any], origin: dict[str, np.ndarray] | None = None) -> Splits:
+    shapes = {k: parts[k][0].shape[1:] for k in ("train", "calib", "val")}
+    if len(set(shapes.values())) > 1:
+        listed = ", ".join(f"{k} {list(v)}" for k, v in shapes.items())
+        raise DataError(f"the splits' samples differ in shape: {listed}", where=source,
+                        fix="every split must hold samples of the one shape the model takes")
+    num_classes = max(int(parts[k][1].max()) for k in ("train", "calib", "val")) + 1
+    spec = InputSpec(shape=tuple(int(d) for d in shapes["train"]), normalization=normalization)
     return Splits(
         train_x=parts["train"][0], train_y=parts["train"][1],
         calib_x=parts["calib"][0], calib_y=parts["calib"][1],
         val_x=parts["val"][0], val_y=parts["val"][1],
-        spec=spec, num_classes=num_classes, source=source, seed=seed,
+        spec=spec, num_classes=num_classes, source=source, seed=seed, origin=origin,
     )
+
+
+def _from_arrays(x: np.ndarray, y: np.ndarray, source: str, seed: int,
+                 normalization: dict[str, Any]) -> Splits:
+    """One (x, y) pair, split here by the seed; rows keep their place in the source."""
+    idx = split_indices(len(x), seed)
+    parts = {k: (x[i], y[i]) for k, i in idx.items()}
+    return _make(parts, source, seed, normalization, origin=idx)
+
+
+def check_labels(splits: Splits, outputs: np.ndarray, model: str) -> None:
+    """Every label must index one of the model's outputs: label 15 for a 10-class model
+    would make every accuracy figure silently wrong. Called once the reference outputs
+    are known, since only they tell the model's class count."""
+    width = int(np.prod(outputs.shape[1:])) if outputs.ndim > 1 else 1
+    if splits.num_classes <= width:
+        return
+    where, i, label, count = _first_label_beyond(splits, width)
+    raise DataError(
+        f"sample {i} has label {label}, but the model {model} has {width} output classes "
+        f"(labels 0..{width - 1}); {count} samples have a label >= {width}",
+        where=where,
+        fix=f"relabel the data to 0..{width - 1}, or give a model whose output has "
+            f"{splits.num_classes} classes",
+    )
+
+
+def _first_label_beyond(splits: Splits, width: int) -> tuple[str, int, int, int]:
+    """(where, sample index, label, count) of the lowest-numbered sample with label >= width."""
+    hits = []
+    count = 0
+    for name in ("train", "calib", "val"):
+        y = getattr(splits, f"{name}_y")
+        if splits.origin is None and name == "calib" and y is splits.train_y:
+            continue  # a callable without a calib split calibrates on train: count it once
+        bad = np.flatnonzero(y >= width)
+        count += len(bad)
+        if len(bad):
+            if splits.origin is None:
+                hits.append((f"{splits.source}[{name}]", int(bad[0]), int(y[bad[0]])))
+            else:
+                rows = splits.origin[name][bad]
+                j = int(np.argmin(rows))
+                hits.append((splits.source, int(rows[j]), int(y[bad[j]])))
+    if splits.origin is None:
+        where, i, label = hits[0]
+    else:
+        where, i, label = min(hits, key=lambda h: h[1])
+    return where, i, label, count
 
 
 def digits(seed: int = 0) -> Splits:
@@ -138,29 +231,54 @@ def digits(seed: int = 0) -> Splits:
     y = bunch.target.astype(np.int64)
     norm = {"raw_range": [0, 16], "scale": 1 / 16, "mean": 0.5, "std": 0.5,
             "formula": "(raw / 16 - 0.5) / 0.5"}
-    return _make(split(x, y, seed), "digits", seed, norm)
+    return _from_arrays(x, y, "digits", seed, norm)
 
 
-def _from_npz(path: Path, seed: int) -> Splits:
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip with members / an empty zip
+_SAVE_HINT = "np.savez(path, x=inputs, y=labels)"
+
+
+def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """``x`` and ``y`` of an npz; every way the file can be broken is a DataError."""
     where = str(path)
+    try:
+        with path.open("rb") as f:
+            head = f.read(4)
+    except OSError as e:
+        raise DataError(f"cannot read the data file: {e.strerror or e}", where=where) from None
+    if head[:4] not in _ZIP_MAGIC:
+        what = "the file is empty" if not head else "the file is not an .npz archive (a zip)"
+        raise DataError(what, where=where, fix=f"save the data with {_SAVE_HINT}")
     try:
         with np.load(path, allow_pickle=False) as z:
             keys = set(z.files)
             if not {"x", "y"} <= keys:
                 raise DataError(
                     f"npz has keys {sorted(keys)}; expected 'x' (inputs) and 'y' (labels)",
-                    where=where, fix="np.savez(path, x=inputs, y=labels)",
+                    where=where, fix=_SAVE_HINT,
                 )
-            x, y = z["x"], z["y"]
+            return z["x"], z["y"]
     except DataError:
         raise
     except ValueError as e:
-        raise DataError(f"cannot read npz: {e}", where=where,
-                        fix="save plain numeric arrays (no object arrays)") from None
-    except (OSError, EOFError) as e:
-        raise DataError(f"cannot read npz: {e}", where=where) from None
-    x, y = _check_arrays(x, y, where)
-    return _make(split(x, y, seed), where, seed, {"formula": "as stored in the npz"})
+        if "pickle" in str(e):
+            raise DataError("the npz holds object (pickled) arrays", where=where,
+                            fix="save plain numeric arrays (no object arrays)") from None
+        raise _corrupt(where, e) from None
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as e:
+        raise _corrupt(where, e) from None
+
+
+def _corrupt(where: str, e: Exception) -> DataError:
+    return DataError(f"the npz is truncated or corrupt ({type(e).__name__}: "
+                     f"{str(e).splitlines()[0][:200] if str(e) else 'no detail'})",
+                     where=where, fix=f"copy the file again, or re-save it with {_SAVE_HINT}")
+
+
+def _from_npz(path: Path, seed: int) -> Splits:
+    where = str(path)
+    x, y = _check_arrays(*_read_npz(path), where)
+    return _from_arrays(x, y, where, seed, {"formula": "as stored in the npz"})
 
 
 def _from_callable(ref: str, seed: int) -> Splits:
@@ -180,7 +298,7 @@ def _from_callable(ref: str, seed: int) -> Splits:
         return _make(parts, ref, seed, {"formula": f"as returned by {ref}"})
     if isinstance(result, tuple | list) and len(result) == 2:
         x, y = _check_arrays(result[0], result[1], ref)
-        return _make(split(x, y, seed), ref, seed, {"formula": f"as returned by {ref}"})
+        return _from_arrays(x, y, ref, seed, {"formula": f"as returned by {ref}"})
     raise DataError(f"returned {type(result).__name__}; expected (x, y) or a dict of splits",
                     where=ref)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgesmith.errors import ModelLoadError
+from edgesmith.errors import DataError, ModelLoadError
 
 from .refs import import_callable, is_callable_ref
 
@@ -121,8 +121,14 @@ def load(ref: str, *, arch: str | None = None, trust_pickle: bool = False) -> Lo
     )
 
 
-def check_forward(model: Any, shape: tuple[int, ...], where: str) -> tuple[int, ...]:
-    """Run one batch of zeros at the recorded input shape; return the output shape."""
+def check_forward(model: Any, shape: tuple[int, ...], where: str,
+                  data: str | None = None) -> tuple[int, ...]:
+    """Run one batch of zeros at the data's input shape; return the output shape.
+
+    With ``data`` (the data set's reference), a failing forward is reported against the
+    data file: a model that ran in training but rejects these samples most often means
+    the file's ``x`` is shaped differently (a missing channel axis, NHWC for NCHW).
+    """
     import torch
 
     try:
@@ -130,11 +136,62 @@ def check_forward(model: Any, shape: tuple[int, ...], where: str) -> tuple[int, 
             out = model(torch.zeros(shape))
     except Exception as e:
         msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+        if data is not None:
+            raise _data_does_not_fit(data, shape, where, msg) from None
         raise ModelLoadError(
             f"forward pass on an input of shape {list(shape)} failed: {msg}", where=where,
-            fix="check that the model takes the data set's input shape (see the manifest's input)",
+            fix="check that the model takes this input shape; pass --data with samples "
+                "of the shape the model was trained on",
         ) from None
     if not isinstance(out, torch.Tensor):
         raise ModelLoadError(f"forward returned {type(out).__name__}; expected one tensor",
                              where=where, fix="return the logits tensor from forward()")
     return tuple(out.shape)
+
+
+def _data_does_not_fit(data: str, shape: tuple[int, ...], model: str, why: str) -> DataError:
+    return DataError(
+        f"the forward pass of the model {model} fails on this data's samples of shape "
+        f"{list(shape[1:])} (a batch: {list(shape)}): {why}",
+        where=data,
+        fix="store x as (N, *sample shape the model takes), e.g. (N, C, H, W) for a 2-D CNN; "
+            "or check that the model and --data belong together",
+    )
+
+
+def onnx_input_shape(path: Path) -> tuple[str, list[int | str] | None]:
+    """The first real graph input's name and dims (an int, or the symbolic name / '?');
+    None for the dims when the graph does not state the input's rank."""
+    import onnx
+
+    try:
+        graph = onnx.load(str(path), load_external_data=False).graph
+    except Exception as e:
+        raise ModelLoadError(f"not a readable ONNX file: {str(e).splitlines()[0][:200]}",
+                             where=str(path)) from None
+    weights = {t.name for t in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in weights]
+    if not inputs:
+        raise ModelLoadError("the ONNX graph has no input", where=str(path))
+    tensor = inputs[0].type.tensor_type
+    if not tensor.HasField("shape"):
+        return inputs[0].name, None
+    return inputs[0].name, [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                            for d in tensor.shape.dim]
+
+
+def check_input(loaded: LoadedModel, shape: tuple[int, ...], data: str) -> None:
+    """Does the model take a batch of the data's samples? If not, say so against the data
+    file (``data``), with the model's own complaint beside its shape."""
+    if loaded.torch_model is not None:
+        check_forward(loaded.torch_model, shape, loaded.ref, data=data)
+        return
+    name, dims = onnx_input_shape(loaded.onnx_path)
+    if dims is None:
+        return  # rank not stated: onnxruntime will tell when it runs the data
+    fits = len(dims) == len(shape) and all(
+        not isinstance(d, int) or d in (0, s) for d, s in zip(dims[1:], shape[1:], strict=True))
+    if not fits:
+        declared = "[" + ", ".join(str(d) for d in dims) + "]"
+        raise _data_does_not_fit(data, shape, loaded.ref,
+                                 f"its input {name!r} is declared as {declared}")
