@@ -190,7 +190,7 @@ def check_labels(splits: Splits, outputs: np.ndarray, model: str) -> None:
     where, i, label, count = _first_label_beyond(splits, width)
     raise DataError(
         f"sample {i} has label {label}, but the model {model} has {width} output classes "
-        f"(labels 0..{width - 1}); {count} samples have a label >= {width}",
+        f"(labels 0..{width - 1}); {count} sample(s) have a label >= {width}",
         where=where,
         fix=f"relabel the data to 0..{width - 1}, or give a model whose output has "
             f"{splits.num_classes} classes",

@@ -112,7 +112,7 @@ def test_label_beyond_the_models_classes_is_refused(cli, tmp_path):
     np.savez(path, x=x, y=y)
     r = _convert(cli, path, tmp_path / "out")
     _assert_input_error(r, str(path), "sample 11 has label 12", "10 output classes",
-                        "2 samples")
+                        "2 sample(s)")
     assert not (tmp_path / "out").exists()
 
 
