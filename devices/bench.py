@@ -29,6 +29,7 @@ from edgesmith.artifact import sha256_path, write_json_atomic
 from edgesmith.errors import BudgetError, DeviceError, EdgesmithError, UsageError
 from edgesmith.profiles.schema import Profile, Ssh
 
+from . import interrupt
 from .transport import LocalTransport, SshTransport, Transport
 
 REMOTE_SCRIPT = Path(__file__).with_name("remote.py")
@@ -460,7 +461,7 @@ class _DeviceRun:
                 "--input", "data/bench_input.npy", "--reference", "data/bench_reference.npy",
                 "--runs", str(self.runs), "--warmup", str(self.warmup),
                 "--threads", str(_threads(self.device, self.build, target)),
-                "--timeout", f"{self.timeout:g}"]
+                "--timeout", f"{self.timeout:g}", "--stop-on-eof"]
         if target.weights:
             argv += ["--weights", target.weights]
         if target.prebuilt:
@@ -638,7 +639,7 @@ def bench(build_dir: Path, devices: list[Device], *, runs: int = DEFAULT_RUNS,
             raise UsageError(f"--exec-wrapper {exec_wrapper!r}: {e}",
                              fix="quote it like a shell command line") from None
     build = load_build(build_dir)
-    results = asyncio.run(bench_devices(
+    results = interrupt.run(bench_devices(
         build, devices, runs=runs, warmup=warmup, keep=keep, concurrency=concurrency,
         events=events or BenchEvents(), connect_attempts=connect_attempts,
         backoff_s=backoff_s, prebuilt_c=prebuilt_c, exec_wrapper=exec_wrapper or None))

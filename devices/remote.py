@@ -10,7 +10,12 @@ compatible: no ``match``, no ``X | Y`` types, no ``str.removeprefix``.
         check the uploaded files (size + sha256) and describe this device
     python3 edgesmith_remote.py bench --format onnx --model DIR/model.onnx \
         --input data/bench_input.npy --reference data/bench_reference.npy --runs 100
-        measure one target: warm-up + N timed runs, parity against the host reference
+        measure one target: warm-up + N timed runs, parity against the host reference;
+        with --stop-on-eof it stops, with everything it started, when its stdin closes
+
+``--stop-on-eof`` is how an interrupted or dropped ``edgesmith bench`` stops work on the
+device: closing the SSH channel closes the command's stdin. Signals are no substitute:
+OpenSSH does not deliver them to root sessions, and root is often the only login a board has.
 
 Each command prints exactly one JSON document on stdout (anything a runtime prints goes
 to stderr) and exits 0 whenever it printed one, failures included: a device that lacks a
@@ -31,6 +36,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 SCHEMA = 1
@@ -396,6 +402,53 @@ def bench_python(args, result, samples, sample_shape, references):
     result["seconds"] = time.perf_counter() - t0
 
 
+# -- stopping when the controller is gone ---------------------------------------------------
+RUNNING = []  # children started by run_child that have not been reaped yet
+
+
+def kill_everything():
+    """SIGKILL this script and what it started (make, the compiler, edgesmith_bench).
+
+    As its process group's leader, one killpg reaches grandchildren too; otherwise each
+    child still running is killed before the script exits."""
+    if hasattr(os, "killpg") and os.getpgrp() == os.getpid():
+        try:
+            os.killpg(os.getpid(), signal.SIGKILL)
+        except OSError:
+            pass
+    for p in list(RUNNING):
+        try:
+            p.kill()
+        except OSError:
+            pass
+    os._exit(1)
+
+
+def stop_on_eof(stdin_fd=0):
+    """Watch ``stdin_fd`` in a daemon thread; at end of file, kill everything and exit.
+
+    Becomes the leader of a process group first (where it is not already: sshd and the
+    local transport start it as one) so that children stay in a group of our own."""
+    if hasattr(os, "setpgid") and os.getpgrp() != os.getpid():
+        try:
+            os.setpgid(0, 0)
+        except OSError:
+            pass  # a session leader already; its group is its own
+
+    def watch():
+        try:
+            while os.read(stdin_fd, 65536):
+                pass  # whatever arrives is ignored; only the end of it matters
+        except OSError:
+            pass
+        kill_everything()
+
+    thread = threading.Thread(target=watch, name="stop-on-eof")
+    thread.daemon = True
+    thread.start()
+    return thread
+
+
 # -- C: build the uploaded sources, run edgesmith_bench ---------------------------------------
 def _vm_hwm_mb(pid):
     """The child's own peak RSS from /proc (Linux). ru_maxrss of a vfork'd child also
@@ -415,7 +468,9 @@ def run_child(argv, cwd, timeout, stdout_path):
     err_path = stdout_path + ".err"
     peak = None
     with open(stdout_path, "wb") as out, open(err_path, "wb") as err:
-        p = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err)
+        # stdin: the controller's channel belongs to the stop-on-eof watcher, not to make
+        p = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+        RUNNING.append(p)
         limit = time.monotonic() + timeout
         try:
             while True:
@@ -441,6 +496,7 @@ def run_child(argv, cwd, timeout, stdout_path):
             if p.returncode is None:  # interrupted (deadline alarm): do not leave it running
                 p.kill()
                 p.wait()
+            RUNNING.remove(p)
     with open(stdout_path, encoding="utf-8", errors="replace") as f:
         text = f.read()
     with open(err_path, encoding="utf-8", errors="replace") as f:
@@ -665,6 +721,9 @@ def parse(argv):
     b.add_argument("--exec-wrapper", action="append", default=[], metavar="WORD",
                    help="C: run edgesmith_bench under this command (one word per flag), "
                         "e.g. qemu-aarch64")
+    b.add_argument("--stop-on-eof", action="store_true",
+                   help="stop, with everything started, when stdin closes (the SSH "
+                        "channel or the local pipe of edgesmith bench)")
     args = p.parse_args(argv)
     if args.command is None:
         p.error("give a command: verify or bench")
@@ -677,6 +736,8 @@ def parse(argv):
 
 def main(argv=None):
     args = parse(sys.argv[1:] if argv is None else argv)
+    if getattr(args, "stop_on_eof", False):
+        stop_on_eof()
     # keep stdout for our one JSON document: runtimes print banners and warnings to fd 1
     sys.stdout.flush()
     real_stdout = os.dup(1)

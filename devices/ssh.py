@@ -33,6 +33,7 @@ from edgesmith.profiles.schema import Ssh
 
 CONNECT_ATTEMPTS = 3
 BACKOFF_S = 0.5
+STOP_WAIT_S = 5.0  # after closing a command's channel: how long to wait for it to exit
 
 
 @dataclass(frozen=True)
@@ -267,9 +268,11 @@ class Session:
                   timeout: float | None = None) -> RunResult:
         """Run ``argv`` (each word quoted) optionally in ``cwd``; never raises on exit status.
 
-        When we stop waiting (timeout, or the caller is cancelled: Ctrl-C), the remote
-        command is sent SIGTERM and its channel closed, so it does not run on unattended.
-        (sshd >= 7.9 delivers the signal to the command's whole process group.)"""
+        When we stop waiting (timeout, or the caller is cancelled: Ctrl-C), the channel is
+        closed and we wait (at most STOP_WAIT_S) until sshd confirms, which it does once
+        the command has exited. Closing the channel closes the command's stdin, which the
+        bench script watches (``--stop-on-eof``); a SIGTERM is sent too, for commands that
+        do not watch, but sshd delivers no signal to root sessions."""
         command = quote_argv(argv)
         if cwd is not None:
             command = f"cd {shlex.quote(cwd)} && {command}"
@@ -280,13 +283,13 @@ class Session:
             process = await self.conn.create_process(command)
             r = await process.wait(check=False, timeout=limit)
         except asyncssh.TimeoutError:
-            _stop(process)
+            await _stop(process)
             raise DeviceError(
                 f"command timed out after {limit:g} s: {command}", where=self.where,
                 fix="raise ssh.command_timeout_s in the profile, or lower --runs",
             ) from None
         except asyncio.CancelledError:
-            _stop(process)
+            await _stop(process)
             raise
         except (asyncssh.Error, OSError) as e:
             raise self._lost(e, f"running {argv[0]}") from None
@@ -371,8 +374,12 @@ class Session:
         return local
 
 
-def _stop(process: asyncssh.SSHClientProcess | None) -> None:
-    """Best effort: signal a remote command we no longer wait for, and drop its channel."""
+async def _stop(process: asyncssh.SSHClientProcess | None) -> None:
+    """Best effort: stop a remote command we no longer wait for and drop its channel.
+
+    sshd confirms the channel's close only after the command has exited, so waiting for
+    that confirmation keeps a following clean-up (removing the work dir) from racing the
+    command's last writes."""
     if process is None:
         return
     try:
@@ -380,6 +387,10 @@ def _stop(process: asyncssh.SSHClientProcess | None) -> None:
     except (asyncssh.Error, OSError, ValueError):
         pass
     process.close()
+    try:
+        await asyncio.wait_for(process.wait_closed(), STOP_WAIT_S)
+    except (asyncio.TimeoutError, asyncssh.Error, OSError):
+        pass
 
 
 def _sftp_path(path: str) -> str:

@@ -103,14 +103,17 @@ class LocalTransport(Transport):
     async def run(self, argv: Sequence[str], timeout: float) -> RunResult:
         t0 = time.perf_counter()
         try:
-            # its own process group: stopping it also stops what it started (make, the C bench)
+            # its own process group: stopping it also stops what it started (make, the C
+            # bench); stdin a pipe held open while we wait, as the SSH channel is
+            # (``--stop-on-eof``), never this terminal
             proc = await asyncio.create_subprocess_exec(
-                *argv, cwd=self.workdir, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, start_new_session=True)
+                *argv, cwd=self.workdir, stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                start_new_session=True)
         except OSError as e:
             raise DeviceError(f"cannot start {argv[0]}: {e}", where="local") from None
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), timeout)
+            out, err = await asyncio.wait_for(_outputs(proc), timeout)
         except asyncio.TimeoutError:
             await _kill_group(proc)
             raise DeviceError(f"command timed out after {timeout:g} s: {argv[0]}",
@@ -125,6 +128,15 @@ class LocalTransport(Transport):
     async def close(self, keep: bool) -> None:
         if self.workdir is not None and not keep:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+async def _outputs(proc: asyncio.subprocess.Process) -> tuple[bytes, bytes]:
+    """stdout and stderr to the end, without closing stdin first (``communicate`` would:
+    the bench script takes that end of file for "stop")."""
+    assert proc.stdout is not None and proc.stderr is not None and proc.stdin is not None
+    out, err, _ = await asyncio.gather(proc.stdout.read(), proc.stderr.read(), proc.wait())
+    proc.stdin.close()
+    return out, err
 
 
 async def _kill_group(proc: asyncio.subprocess.Process) -> None:
