@@ -1,4 +1,4 @@
-"""The calibration set every INT8 converter takes, so all targets see identical tensors.
+"""Drawing the calibration set (``edgesmith.inputs.CalibrationSet``) from the data splits.
 
 TFLite, OpenVINO, ONNX-QDQ and the C runtime each calibrate with their own library;
 if each drew its own samples, their INT8 accuracies would differ for reasons that have
@@ -8,37 +8,10 @@ nothing to do with the format. One object, one sample set, one method setting.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
 
-
-@dataclass(frozen=True)
-class CalibrationSet:
-    """NCHW float32 samples (already normalised) plus the calibration settings."""
-
-    x: np.ndarray
-    method: str = "minmax"  # minmax | percentile | entropy | mse
-    percentile: float = 99.99
-    per_channel: bool = True
-    requested: int = 0
-
-    @property
-    def samples(self) -> int:
-        return len(self.x)
-
-    def batches(self, batch_size: int = 1) -> Iterator[np.ndarray]:
-        for i in range(0, len(self.x), batch_size):
-            yield self.x[i:i + batch_size]
-
-    def nhwc(self) -> np.ndarray:
-        """The same samples channels-last, for converters whose graphs are NHWC (TFLite)."""
-        return np.ascontiguousarray(self.x.transpose(0, 2, 3, 1)) if self.x.ndim == 4 else self.x
-
-    def summary(self) -> dict[str, object]:
-        return {"samples": self.samples, "requested": self.requested, "method": self.method,
-                "percentile": self.percentile, "per_channel": self.per_channel}
+from edgesmith.inputs import CalibrationSet
 
 
 def from_splits(splits, settings, warn=None) -> CalibrationSet:

@@ -85,7 +85,7 @@ class CoreMLTarget(Target):
     def convert(self, ctx: ConvertContext) -> Artifact:
         import coremltools as ct
 
-        precision = getattr(ctx.target.precision, "value", ctx.target.precision)
+        precision = ctx.precision
         opts: CoreMLOptions = ctx.options
         if ctx.torchscript is None or not Path(ctx.torchscript).is_file():
             raise ConversionError(

@@ -101,7 +101,7 @@ class OnnxTarget(Target):
 
     def convert(self, ctx: ConvertContext) -> Artifact:
         out = ctx.out_dir / "model.onnx"
-        precision = ctx.target.precision.value
+        precision = ctx.precision
         if precision == "fp32":
             shutil.copyfile(ctx.fp32_onnx, out)
             meta = {"source": "optimized export"}

@@ -51,7 +51,7 @@ class OpenVINOTarget(Target):
     def convert(self, ctx: ConvertContext) -> Artifact:
         import openvino as ov
 
-        precision = getattr(ctx.target.precision, "value", ctx.target.precision)
+        precision = ctx.precision
         ctx.out_dir.mkdir(parents=True, exist_ok=True)
         xml = ctx.out_dir / "model.xml"
         meta: dict[str, Any] = {"converter": f"openvino {ov.__version__}",

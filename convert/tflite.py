@@ -120,7 +120,7 @@ class TFLiteTarget(Target):
 
     # -- convert ---------------------------------------------------------------------------
     def convert(self, ctx: ConvertContext) -> Artifact:
-        precision = _value(ctx.target.precision)
+        precision = ctx.precision
         io = ctx.options.io if precision == "int8" else "float"
         produced = _onnx2tf_cached(ctx, int8=precision == "int8")
         src = produced / (ctx.fp32_onnx.stem + _VARIANTS[(precision, io)])
@@ -383,10 +383,6 @@ def _version(dist: str) -> str:
         return version(dist)
     except PackageNotFoundError:
         return "unknown"
-
-
-def _value(v: Any) -> str:
-    return getattr(v, "value", v)
 
 
 def _ensure(p: Path) -> Path:

@@ -11,12 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from .artifact import Artifact
+from .inputs import CalibrationSet, InputSpec
+
+if TYPE_CHECKING:  # annotations only: the core imports no room at run time
+    from edgesmith.profiles.schema import Profile, TargetSpec
 
 Runner = Callable[[np.ndarray], np.ndarray]
 
@@ -38,11 +42,11 @@ class ConvertContext:
     """Everything a converter may read. Files, not live objects (see STYLE.md)."""
 
     fp32_onnx: Path  # optimized FP32 ONNX with a dynamic batch axis
-    spec: Any  # pipeline.data.InputSpec
-    calib: Any  # compress.calibration.CalibrationSet
-    target: Any  # profiles.TargetSpec
-    options: BaseModel  # the target's validated Options
-    profile: Any  # profiles.Profile
+    spec: InputSpec  # the input's shape, layout and normalisation
+    calib: CalibrationSet  # the calibration set every INT8 target shares
+    target: TargetSpec  # this target as the profile lists it (format, precision, options)
+    options: BaseModel  # the target's validated Options: read options only from here
+    profile: Profile | None  # the device profile (None in unit tests of one format)
     out_dir: Path  # empty folder for this target's files
     work_dir: Path  # scratch space, removed after the build
     log_path: Path  # converter output goes here (DIR/logs/<target>.log)
@@ -54,6 +58,11 @@ class ConvertContext:
     # the FP32 model calibrated statically into Q/DQ pairs (onnxruntime.quantization), made
     # once by the pipeline for every INT8 target whose format sets ``uses_static_qdq``
     static_qdq: Path | None = None
+
+    @property
+    def precision(self) -> str:
+        """fp32 | fp16 | int8: the one way a converter reads what it is asked for."""
+        return self.target.precision.value
 
     def log(self, line: str) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -10,37 +10,19 @@ from __future__ import annotations
 import hashlib
 import zipfile
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from edgesmith.errors import DataError
+from edgesmith.inputs import InputSpec
 
 from .refs import import_callable, is_callable_ref
 
 SPLIT_FRACTIONS = {"train": 0.7, "calib": 0.1, "val": 0.2}
 MIN_SAMPLES = 10
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    """How one input sample looks; the batch axis is not part of ``shape``."""
-
-    shape: tuple[int, ...]
-    name: str = "input"
-    dtype: str = "float32"
-    layout: str = "NCHW"
-    normalization: dict[str, Any] = field(default_factory=dict)
-
-    def batch_shape(self, n: int = 1) -> tuple[int, ...]:
-        return (n, *self.shape)
-
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["shape"] = list(self.shape)
-        return d
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,7 @@ class CTarget(Target):
         from . import codegen, run
 
         opts: COptions = ctx.options  # type: ignore[assignment]
-        precision = ctx.target.precision.value
+        precision = ctx.precision
         src, source = (Path(ctx.fp32_onnx), "fp32") if precision == "fp32" else \
             self._int8_model(ctx)
         out = Path(ctx.out_dir)
