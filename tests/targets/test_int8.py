@@ -59,16 +59,11 @@ def test_mobilenetv2_int8_agrees_with_onnxruntime(work, mnv2_qdq, mnv2_onnx, mnv
           f"onnxruntime {ort_fp:.2%}")
     assert top1 >= 0.995
     assert ours_fp >= ort_fp - 0.05  # as faithful to the fp32 model as onnxruntime's int8
+    # the criterion of issue 16 ("C runtime at the speed limit"), which replaced the 99.9 %
+    # target on this random-weight net: end to end, at least onnxruntime's own fused-vs-
+    # unfused agreement (per layer, test_int8_per_layer checks onnxruntime's own input)
     assert within >= ort_self  # closer to onnxruntime than onnxruntime's own unfused run
     assert within >= 0.99  # fp32 requantisation: 97.8% with TFLite's fixed point
-    if within < 0.999:
-        pytest.xfail(f"{within:.2%} of outputs within 1 LSB (issue asks 99.9%): with fp32 "
-                     "requantisation 31 of the 35 layers are bit-exact with onnxruntime on "
-                     "its own input (test_int8_per_layer); the other 4, which onnxruntime "
-                     "runs as float DQ->Conv->Q or through its own kernels, differ by 1 LSB "
-                     "on ~1 value in 10^5, and this random-weight network amplifies each "
-                     f"flip: onnxruntime's unfused run agrees with its fused one on only "
-                     f"{ort_self:.2%}")
 
 
 @pytest.mark.slow
