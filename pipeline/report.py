@@ -13,6 +13,8 @@ from typing import Any
 
 from edgesmith.artifact import write_text_atomic
 
+from . import plots
+
 
 def _fmt(v: Any, spec: str = "") -> str:
     if v is None:
@@ -74,10 +76,6 @@ BENCH_HEADER = ["device", "target", "status", "p50 ms", "p99 ms", "peak RSS MB",
 
 
 def _plots(root: Path, manifest: dict[str, Any]) -> list[str]:
-    try:
-        from . import plots
-    except ImportError:
-        return []
     made = []
     try:
         if manifest.get("targets"):

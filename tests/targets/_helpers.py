@@ -38,27 +38,9 @@ def _load(folder: str, name: str):
 
 def _qdq(fp32: Path, calib_x: np.ndarray, out: Path) -> Path:
     from edgesmith.compress.calibration import CalibrationSet
+    from edgesmith.convert.onnx_qdq import quantize_qdq
 
-    try:
-        from edgesmith.convert.onnx_qdq import quantize_qdq
-    except ImportError:  # pragma: no cover - the other room's module is missing
-        quantize_qdq = None
-    if quantize_qdq is not None:
-        return quantize_qdq(fp32, CalibrationSet(np.ascontiguousarray(calib_x)), out)
-    from onnxruntime import quantization as q
-
-    class R:
-        def __init__(self):
-            self.it = iter([{"input": calib_x[i:i + 16]} for i in range(0, len(calib_x), 16)])
-
-        def get_next(self):
-            return next(self.it, None)
-
-    q.quantize_static(str(fp32), str(out), R(), quant_format=q.QuantFormat.QDQ,
-                      per_channel=True, activation_type=q.QuantType.QInt8,
-                      weight_type=q.QuantType.QInt8)
-    return out
-
+    return quantize_qdq(fp32, CalibrationSet(np.ascontiguousarray(calib_x)), out)
 
 
 def generate(src: Path, out: Path, **kw) -> Path:
