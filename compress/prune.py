@@ -193,22 +193,7 @@ def _channels(model: nn.Module) -> dict[str, int]:
     return out
 
 
-def prune(
-    model: nn.Module,
-    example: torch.Tensor,
-    settings: Any,
-    *,
-    data: tuple[np.ndarray, np.ndarray] | None = None,
-    measure_onnx: bool = True,
-) -> PruneResult:
-    """Prune ``model`` in place per ``settings`` (a ``profiles.schema.Prune``).
-
-    ``data`` (inputs, labels) feeds the gradients Taylor importance needs (a few batches of
-    the training split). The report holds MACs, params, state-dict and ONNX sizes before
-    and after, the achieved MACs reduction and the channel widths that changed.
-    """
-    import torch_pruning as tp
-
+def _check_settings(settings: Any, data: Any) -> None:
     ratio, macs_target = settings.ratio, settings.macs_reduction
     if ratio is None and macs_target is None:
         raise UsageError("pruning is enabled but neither ratio nor macs_reduction is set",
@@ -221,29 +206,17 @@ def prune(
                              fix="e.g. 0.3 removes 30% of the channels of each prunable layer")
     if settings.importance == "taylor" and data is None:
         raise UsageError("taylor importance needs training data for its gradients")
-    importance = _importance(settings.importance)
 
-    model.eval()
-    check_traceable(model, example)
-    ignored_names = list(settings.ignored_layers) if settings.ignored_layers is not None \
-        else default_ignored(model, example)
-    ignored = resolve_ignored(model, ignored_names)
 
-    macs0, params0 = count(model, example)
-    sd0 = state_dict_bytes(model)
-    onnx0 = onnx_bytes(model, example) if measure_onnx else None
-    ch0 = _channels(model)
+def _pruner(model: nn.Module, example: torch.Tensor, settings: Any, ignored: list[nn.Module],
+            steps: int, final_ratio: float) -> Any:
+    import torch_pruning as tp
 
-    if ratio is not None:
-        steps, final_ratio = 1, ratio
-    else:
-        steps = int(round(MAX_RATIO / MACS_STEP))
-        final_ratio = MAX_RATIO
     try:
-        pruner = tp.pruner.MetaPruner(
-            model, example, importance=importance, global_pruning=settings.global_pruning,
-            pruning_ratio=final_ratio, iterative_steps=steps, ignored_layers=ignored,
-            round_to=settings.round_to,
+        return tp.pruner.MetaPruner(
+            model, example, importance=_importance(settings.importance),
+            global_pruning=settings.global_pruning, pruning_ratio=final_ratio,
+            iterative_steps=steps, ignored_layers=ignored, round_to=settings.round_to,
         )
     except Exception as e:
         raise ModelLoadError(
@@ -252,18 +225,26 @@ def prune(
             fix="add the offending module to compress.prune.ignored_layers",
         ) from None
 
+
+def _step_until_done(model: nn.Module, example: torch.Tensor, settings: Any, pruner: Any,
+                     steps: int, macs0: int, data: Any) -> int:
+    """Prune step by step (one step for a fixed ratio) until the MACs target is reached."""
     taken = 0
-    macs = macs0
     for _ in range(steps):
         if settings.importance == "taylor":
             _taylor_grads(model, data)
         pruner.step()
         taken += 1
         macs, _ = count(model, example)
-        if macs_target is not None and 1 - macs / macs0 >= macs_target:
+        if settings.macs_reduction is not None and 1 - macs / macs0 >= settings.macs_reduction:
             break
     model.zero_grad(set_to_none=True)
+    return taken
 
+
+def _check_pruned(model: nn.Module, example: torch.Tensor, macs0: int,
+                  macs_target: float | None) -> tuple[int, int]:
+    """The pruned model must still run, and reach the MACs target; returns (MACs, params)."""
     failed = _failing_module(model, example)
     if failed is not None:
         name, err = failed
@@ -283,6 +264,42 @@ def prune(
             where="compress.prune.macs_reduction",
             fix="lower macs_reduction, or remove layers from ignored_layers",
         )
+    return macs1, params1
+
+
+def prune(
+    model: nn.Module,
+    example: torch.Tensor,
+    settings: Any,
+    *,
+    data: tuple[np.ndarray, np.ndarray] | None = None,
+    measure_onnx: bool = True,
+) -> PruneResult:
+    """Prune ``model`` in place per ``settings`` (a ``profiles.schema.Prune``).
+
+    ``data`` (inputs, labels) feeds the gradients Taylor importance needs (a few batches of
+    the training split). The report holds MACs, params, state-dict and ONNX sizes before
+    and after, the achieved MACs reduction and the channel widths that changed.
+    """
+    _check_settings(settings, data)
+    ratio, macs_target = settings.ratio, settings.macs_reduction
+    model.eval()
+    check_traceable(model, example)
+    ignored_names = list(settings.ignored_layers) if settings.ignored_layers is not None \
+        else default_ignored(model, example)
+    ignored = resolve_ignored(model, ignored_names)
+
+    macs0, params0 = count(model, example)
+    sd0 = state_dict_bytes(model)
+    onnx0 = onnx_bytes(model, example) if measure_onnx else None
+    ch0 = _channels(model)
+
+    # a fixed ratio is one step; a MACs target steps up to MAX_RATIO until it is reached
+    steps, final_ratio = (1, ratio) if ratio is not None else \
+        (int(round(MAX_RATIO / MACS_STEP)), MAX_RATIO)
+    pruner = _pruner(model, example, settings, ignored, steps, final_ratio)
+    taken = _step_until_done(model, example, settings, pruner, steps, macs0, data)
+    macs1, params1 = _check_pruned(model, example, macs0, macs_target)
     ch1 = _channels(model)
     report: dict[str, Any] = {
         "importance": settings.importance,

@@ -86,6 +86,73 @@ def _describe(p: Any) -> str:
     return f"{target}, {p.importance} importance"
 
 
+def _prune_fix(prune_cfg: Any) -> str:
+    target = (f"ratio {prune_cfg.ratio}" if prune_cfg.ratio is not None
+              else f"macs_reduction {prune_cfg.macs_reduction}")
+    return (f"lower the pruning target (now {target}) or raise "
+            f"compress.prune.finetune_epochs (now {prune_cfg.finetune_epochs})")
+
+
+def _qat_fix(qat_cfg: Any) -> str:
+    return (f"raise compress.qat.epochs (now {qat_cfg.epochs}), try preset 'mixed', or add "
+            "sensitive layers (the first conv, the classifier) to compress.qat.ignored_scopes")
+
+
+def _steps(cfg: Any, prune_ratio: float | None, qat: bool | None) -> tuple[Any, bool, bool]:
+    """(prune settings, prune?, QAT?) from the profile, with the CLI's overrides applied."""
+    prune_cfg = cfg.prune
+    if prune_ratio is not None:
+        prune_cfg = prune_cfg.model_copy(update={"enabled": True, "ratio": prune_ratio,
+                                                 "macs_reduction": None})
+    return prune_cfg, prune_cfg.enabled, cfg.qat.enabled if qat is None else qat
+
+
+def _prune_and_finetune(work: nn.Module, example: torch.Tensor, splits: Any, prune_cfg: Any,
+                        train: Any, acc_fp32: float, progress: Progress | None,
+                        events: Any) -> tuple[nn.Module, dict[str, Any]]:
+    """Prune, then fine-tune; returns the model and the manifest's ``prune`` section."""
+    from .prune import prune
+
+    t0 = time.perf_counter()
+    with _stage(events, "prune", _describe(prune_cfg)):
+        res = prune(work, example, prune_cfg, data=(splits.train_x, splits.train_y))
+    work = res.model
+    acc_pruned = evaluate(work, splits.val_x, splits.val_y)
+    _emit(progress, stage="finetune", event="start", epochs=prune_cfg.finetune_epochs)
+    with _stage(events, "finetune", f"{prune_cfg.finetune_epochs} epochs"):
+        ft = fit(work, splits, epochs=prune_cfg.finetune_epochs, lr=prune_cfg.lr,
+                 optimizer=train.optimizer, batch_size=train.batch_size, seed=train.seed,
+                 patience=train.patience, progress=_relay(progress, events, "finetune"))
+    acc_after = evaluate(work, splits.val_x, splits.val_y)
+    _emit(progress, stage="finetune", event="done", accuracy=acc_after)
+    return work, {
+        **res.report,
+        "accuracy_before": acc_fp32, "accuracy_pruned": acc_pruned,
+        "accuracy_after": acc_after,
+        "finetune": {"epochs": prune_cfg.finetune_epochs, "epochs_run": ft["epochs_run"],
+                     "best_epoch": ft["best_epoch"], "lr": prune_cfg.lr,
+                     "optimizer": train.optimizer},
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+
+
+def _qat(work: nn.Module, splits: Any, cfg: Any, acc_fp32: float, out_dir: Path,
+         progress: Progress | None, events: Any) -> tuple[Path, dict[str, Any]]:
+    """NNCF QAT, exported as Q/DQ ONNX; returns its path and the manifest's ``qat`` section."""
+    from . import calibration
+    from .qat import run_qat
+
+    t0 = time.perf_counter()
+    calib = calibration.from_splits(splits, cfg.calibration)
+    _emit(progress, stage="qat", event="start", epochs=cfg.qat.epochs)
+    with _stage(events, "qat", f"NNCF, {cfg.qat.epochs} epochs, Q/DQ ONNX"):
+        q = run_qat(work, splits, calib, cfg.qat, cfg.train, out_dir / "model_qdq.onnx",
+                    progress=_relay(progress, events, "qat"))
+    _emit(progress, stage="qat", event="done", accuracy=q.report["accuracy_after"])
+    return q.onnx_path, {**q.report, "accuracy_fp32": acc_fp32,
+                         "seconds": round(time.perf_counter() - t0, 3)}
+
+
 def run_compress(
     model: nn.Module,
     splits: Any,
@@ -109,19 +176,12 @@ def run_compress(
     result's ``error`` holds the BudgetError and ``section`` the figures up to that step.
     Raises ``UsageError``/``ModelLoadError`` for bad settings or models.
     """
-    from . import calibration
-    from .prune import prune
-    from .qat import run_qat
-
+    # longer than 60 lines only through its signature and this docstring: the body is the
+    # step order the manifest records (prune -> gate -> save -> QAT -> gate), a call each
     start = time.perf_counter()
     cfg = profile.compress
     budget = profile.budgets.accuracy_drop
-    prune_cfg = cfg.prune
-    do_prune = prune_cfg.enabled or prune_ratio is not None
-    if prune_ratio is not None:
-        prune_cfg = prune_cfg.model_copy(update={"enabled": True, "ratio": prune_ratio,
-                                                 "macs_reduction": None})
-    do_qat = cfg.qat.enabled if qat is None else qat
+    prune_cfg, do_prune, do_qat = _steps(cfg, prune_ratio, qat)
     if isinstance(model, torch.jit.ScriptModule) and (do_prune or do_qat):
         raise ModelLoadError(
             "a TorchScript model cannot be pruned or quantization-aware trained",
@@ -139,59 +199,23 @@ def run_compress(
         "budget": {"accuracy_drop": budget, "enforced": not no_budget},
         "gates": [], "prune": None, "qat": None,
     }
-    train = cfg.train
-
     if do_prune:
-        t0 = time.perf_counter()
-        with _stage(events, "prune", _describe(prune_cfg)):
-            res = prune(work, example, prune_cfg, data=(splits.train_x, splits.train_y))
-        work = res.model
-        acc_pruned = evaluate(work, splits.val_x, splits.val_y)
-        _emit(progress, stage="finetune", event="start", epochs=prune_cfg.finetune_epochs)
-        with _stage(events, "finetune", f"{prune_cfg.finetune_epochs} epochs"):
-            ft = fit(work, splits, epochs=prune_cfg.finetune_epochs, lr=prune_cfg.lr,
-                     optimizer=train.optimizer, batch_size=train.batch_size, seed=train.seed,
-                     patience=train.patience, progress=_relay(progress, events, "finetune"))
-        acc_after = evaluate(work, splits.val_x, splits.val_y)
-        _emit(progress, stage="finetune", event="done", accuracy=acc_after)
-        target = (f"ratio {prune_cfg.ratio}" if prune_cfg.ratio is not None
-                  else f"macs_reduction {prune_cfg.macs_reduction}")
-        section["prune"] = {
-            **res.report,
-            "accuracy_before": acc_fp32, "accuracy_pruned": acc_pruned,
-            "accuracy_after": acc_after,
-            "finetune": {"epochs": prune_cfg.finetune_epochs, "epochs_run": ft["epochs_run"],
-                         "best_epoch": ft["best_epoch"], "lr": prune_cfg.lr,
-                         "optimizer": train.optimizer},
-            "seconds": round(time.perf_counter() - t0, 3),
-        }
-        miss = _gate(section, "prune + fine-tune", acc_fp32, acc_after, budget, no_budget,
-                     f"lower the pruning target (now {target}) or raise "
-                     f"compress.prune.finetune_epochs (now {prune_cfg.finetune_epochs})")
+        work, section["prune"] = _prune_and_finetune(work, example, splits, prune_cfg, cfg.train,
+                                                     acc_fp32, progress, events)
+        miss = _gate(section, "prune + fine-tune", acc_fp32, section["prune"]["accuracy_after"],
+                     budget, no_budget, _prune_fix(prune_cfg))
         if miss is not None:
             return CompressResult(section=section, model=work, error=miss)
 
-    paths: dict[str, Path] = {}
-    paths["model_pt"] = save_torchscript(work, example, out_dir / "model.pt")
-    paths["state_dict"] = save_state_dict(work, out_dir / "model_state.pt")
-    paths["onnx"] = export_onnx(work, example, out_dir / "model.onnx")
+    paths = {"model_pt": save_torchscript(work, example, out_dir / "model.pt"),
+             "state_dict": save_state_dict(work, out_dir / "model_state.pt"),
+             "onnx": export_onnx(work, example, out_dir / "model.onnx")}
 
     if do_qat:
-        t0 = time.perf_counter()
-        calib = calibration.from_splits(splits, cfg.calibration)
-        _emit(progress, stage="qat", event="start", epochs=cfg.qat.epochs)
-        with _stage(events, "qat", f"NNCF, {cfg.qat.epochs} epochs, Q/DQ ONNX"):
-            q = run_qat(work, splits, calib, cfg.qat, train, out_dir / "model_qdq.onnx",
-                        progress=_relay(progress, events, "qat"))
-        _emit(progress, stage="qat", event="done", accuracy=q.report["accuracy_after"])
-        paths["onnx_qdq"] = q.onnx_path
-        section["qat"] = {**q.report, "accuracy_fp32": acc_fp32,
-                          "seconds": round(time.perf_counter() - t0, 3)}
+        qdq, section["qat"] = _qat(work, splits, cfg, acc_fp32, out_dir, progress, events)
+        paths["onnx_qdq"] = qdq
         miss = _gate(section, "QAT INT8 (QDQ ONNX in onnxruntime)", acc_fp32,
-                     q.report["accuracy_after"], budget, no_budget,
-                     f"raise compress.qat.epochs (now {cfg.qat.epochs}), try preset 'mixed', or "
-                     "add sensitive layers (the first conv, the classifier) to "
-                     "compress.qat.ignored_scopes")
+                     section["qat"]["accuracy_after"], budget, no_budget, _qat_fix(cfg.qat))
         if miss is not None:
             return CompressResult(section=section, model=work, paths=paths, error=miss)
 
@@ -199,7 +223,6 @@ def run_compress(
                                  else evaluate(work, splits.val_x, splits.val_y))
     section["artifacts"] = {
         name: {"path": p.name, "sha256": sha256_path(p), "size_bytes": p.stat().st_size}
-        for name, p in paths.items()
-    }
+        for name, p in paths.items()}
     section["seconds"] = round(time.perf_counter() - start, 3)
     return CompressResult(section=section, model=work, paths=paths)

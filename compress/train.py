@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from edgesmith.artifact import write_bytes_atomic
 from edgesmith.errors import UsageError
 
 Progress = Callable[[dict[str, Any]], None]
@@ -137,6 +138,42 @@ def _state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+def _check_fit_args(epochs: int, lr: float) -> None:
+    if epochs < 0:
+        raise UsageError(f"epochs must be >= 0, got {epochs}")
+    if lr <= 0 or not math.isfinite(lr):
+        raise UsageError(f"learning rate must be a positive number, got {lr}")
+
+
+def _parallel(model: nn.Module, dist: Any | None) -> nn.Module:
+    """The module to train: DDP-wrapped under torchrun (rank 0's weights everywhere)."""
+    if dist is None:
+        return model
+    _broadcast_state(dist, model)
+    return nn.parallel.DistributedDataParallel(model)
+
+
+def _train_epoch(net: nn.Module, model: nn.Module, loader: Any, opt: Any, sched: Any,
+                 loss_fn: nn.Module, dist: Any | None) -> float:
+    """One pass over the loader; returns the mean loss over every rank's samples."""
+    net.train()
+    total, count = 0.0, 0
+    for xb, yb in loader:
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(net(xb), yb)
+        loss.backward()
+        opt.step()
+        sched.step()
+        total += float(loss.detach()) * len(yb)
+        count += len(yb)
+    if dist is not None:
+        t = torch.tensor([total, count], dtype=torch.float64)
+        dist.all_reduce(t)
+        total, count = float(t[0]), int(t[1])
+        _broadcast_state(dist, model)  # BN statistics differ per rank; rank 0's win
+    return total / max(1, count)
+
+
 def fit(
     model: nn.Module,
     splits: Any,
@@ -157,10 +194,9 @@ def fit(
     only) is called with ``{"epoch", "epochs", "loss", "val_accuracy", "lr"}`` after each
     epoch. ``checkpoint`` (rank 0 only) receives the best state dict whenever it improves.
     """
-    if epochs < 0:
-        raise UsageError(f"epochs must be >= 0, got {epochs}")
-    if lr <= 0 or not math.isfinite(lr):
-        raise UsageError(f"learning rate must be a positive number, got {lr}")
+    # longer than 60 lines only through its signature and docstring: the epoch loop keeps
+    # early stopping, the best-epoch restore and rank-0 checkpointing side by side
+    _check_fit_args(epochs, lr)
     dist = _dist()
     is_main = rank() == 0
     torch.manual_seed(seed)
@@ -175,10 +211,7 @@ def fit(
         result["seconds"] = round(time.perf_counter() - start, 3)
         return result
 
-    net: nn.Module = model
-    if dist is not None:
-        _broadcast_state(dist, model)
-        net = nn.parallel.DistributedDataParallel(model)
+    net = _parallel(model, dist)
     loader, sampler = _loader(splits.train_x, splits.train_y, batch_size, seed, dist)
     opt = _optimizer(optimizer, [p for p in model.parameters() if p.requires_grad], lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, epochs * len(loader)))
@@ -189,23 +222,8 @@ def fit(
     for epoch in range(1, epochs + 1):
         if sampler is not None:
             sampler.set_epoch(epoch)
-        net.train()
-        total, count = 0.0, 0
-        for xb, yb in loader:
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(net(xb), yb)
-            loss.backward()
-            opt.step()
-            sched.step()
-            total += float(loss.detach()) * len(yb)
-            count += len(yb)
-        if dist is not None:
-            t = torch.tensor([total, count], dtype=torch.float64)
-            dist.all_reduce(t)
-            total, count = float(t[0]), int(t[1])
-            _broadcast_state(dist, model)  # BN statistics differ per rank; rank 0's win
+        mean_loss = _train_epoch(net, model, loader, opt, sched, loss_fn, dist)
         acc = _broadcast_float(dist, evaluate(model, splits.val_x, splits.val_y) if is_main else 0)
-        mean_loss = total / max(1, count)
         lr_now = opt.param_groups[0]["lr"]
         result["history"].append({"epoch": epoch, "loss": round(mean_loss, 6),
                                   "val_accuracy": acc, "lr": lr_now})
@@ -214,8 +232,6 @@ def fit(
             best, best_state, stale = acc, _state(model), 0
             result["best_epoch"] = epoch
             if is_main and checkpoint is not None:
-                from edgesmith.artifact import write_bytes_atomic
-
                 write_bytes_atomic(Path(checkpoint), _to_bytes(best_state))
         else:
             stale += 1
