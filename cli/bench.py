@@ -30,6 +30,9 @@ class _RichBenchEvents(BenchEvents):
     def device_step(self, device: str, what: str) -> None:
         self.progress.update(self.tasks[device], advance=1, description=f"{device}: {what}")
 
+    def warn(self, message: str) -> None:
+        self.progress.console.print(f"[yellow]{message}[/]", highlight=False)
+
     def device_done(self, device: str, result: dict[str, Any]) -> None:
         status = result["status"]
         colour = {"ok": "green", "partial": "yellow"}.get(status, "red")

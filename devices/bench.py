@@ -6,13 +6,17 @@ script once per target (a fresh process each, so peak RSS belongs to one target)
 up. Each target's result is written to ``BUILD_DIR/bench/<device>.json`` the moment it
 arrives, so a run cut short keeps what it measured; the finished device is merged into
 ``manifest.json`` under ``"bench"`` and the report is re-rendered.
+
+What a device's entry keeps across runs: a run that fails keeps the last good results
+(updated with whatever it did measure) and records itself beside them as ``last_error``.
+Every result names the ``artifact_sha256`` it measured; when merged, results whose hash is
+no longer the manifest's artifact move to ``stale_targets``. The whole bench holds the
+build folder's lock (the one ``edgesmith build`` takes), so a rebuild waits for it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
 import json
 import re
 import shlex
@@ -20,11 +24,11 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from edgesmith import outdir
 from edgesmith.artifact import sha256_path, write_json_atomic
 from edgesmith.errors import BudgetError, DeviceError, EdgesmithError, UsageError
 from edgesmith.profiles.schema import Profile, Ssh
@@ -102,6 +106,7 @@ class BenchTarget:
     weights: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)  # the manifest's target meta
     prebuilt: dict[str, Any] | None = None  # C: a binary built here ({cc, cflags}), no make
+    sha256: str | None = None  # the manifest's artifact hash: what the results belong to
 
 
 @dataclass
@@ -115,12 +120,17 @@ class Build:
     skipped: dict[str, str] = field(default_factory=dict)
 
 
+def require_build(root: Path) -> None:
+    """Refuse a folder that holds no build (before taking its lock, which would create it)."""
+    if not (root / "manifest.json").is_file():
+        raise UsageError(f"{root} is not a build folder (no manifest.json)", where=str(root),
+                         fix="run `edgesmith build` first and pass its output folder")
+
+
 def load_build(build_dir: Path) -> Build:
     root = Path(build_dir)
     manifest_path = root / "manifest.json"
-    if not manifest_path.is_file():
-        raise UsageError(f"{root} is not a build folder (no manifest.json)", where=str(root),
-                         fix="run `edgesmith build` first and pass its output folder")
+    require_build(root)
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
@@ -182,7 +192,8 @@ def _bench_target(root: Path, name: str, t: dict[str, Any]) -> BenchTarget:
             (f for f in files if f.endswith(MODEL_SUFFIXES.get(fmt, ()))),
             path.name if path.is_file() else files[0])
     return BenchTarget(name, fmt, spec.get("precision") or t.get("precision", "fp32"), folder,
-                       files, model, spec.get("weights"), dict(t.get("meta") or {}))
+                       files, model, spec.get("weights"), dict(t.get("meta") or {}),
+                       sha256=t.get("sha256"))
 
 
 # -- progress ------------------------------------------------------------------------------------
@@ -200,6 +211,9 @@ class BenchEvents:
 
     def device_done(self, device: str, result: dict[str, Any]) -> None:
         pass
+
+    def warn(self, message: str) -> None:
+        """Something the user should know while waiting (e.g. a build holds the lock)."""
 
 
 # -- C binaries built here (cross-compiled per the profile) ----------------------------------
@@ -283,7 +297,8 @@ def prebuild_c(build: Build, devices: list[Device], prebuilt_c: bool | None,
                     [t.weights or "weights.bin"]
                     if (folder / (t.weights or "weights.bin")).is_file() else [])
                 done[key] = BenchTarget(t.name, t.format, t.precision, folder, files, ".",
-                                        t.weights, t.meta, {"cc": cc, "cflags": cflags})
+                                        t.weights, t.meta, {"cc": cc, "cflags": cflags},
+                                        t.sha256)
             targets.append(done[key])
         out[device.name] = targets
     return out
@@ -350,6 +365,7 @@ class _DeviceRun:
         self.runs, self.warmup, self.keep, self.events = runs, warmup, keep, events
         self.timeout = device.ssh.command_timeout_s if device.ssh else LOCAL_TIMEOUT_S
         self.out = build.root / "bench" / device.file_name
+        self.previous = (build.manifest.get("bench") or {}).get(device.name)
         self.result: dict[str, Any] = {
             "device": device.name, "transport": transport.kind, "address": transport.address,
             "status": "running", "error": None, "started_unix": int(time.time()),
@@ -359,8 +375,12 @@ class _DeviceRun:
             "skipped": dict(build.skipped),
         }
 
+    def record(self) -> dict[str, Any]:
+        """What the device's entry holds now: this run merged over the last good one."""
+        return device_record(self.previous, self.result)
+
     def save(self) -> None:
-        write_json_atomic(self.out, self.result)
+        write_json_atomic(self.out, self.record())
 
     async def run(self) -> dict[str, Any]:
         t_start = time.perf_counter()
@@ -476,39 +496,77 @@ class _DeviceRun:
                     "precision": target.precision, "status": "error",
                     "message": f"bench script exited {r.exit_status} without a result: "
                                f"{(r.stderr or r.stdout).strip()[-500:]}",
-                    "latency_ms": None, "peak_rss_mb": None}
+                    "latency_ms": None, "peak_rss_mb": None,
+                    "artifact_sha256": target.sha256, "measured_unix": int(time.time())}
         doc["name"] = target.name
         doc["wall_s"] = r.seconds
+        doc["artifact_sha256"] = target.sha256
+        doc["measured_unix"] = int(time.time())
         if target.prebuilt:
             doc["prebuilt"] = {"built": "here", **target.prebuilt}
         return doc
 
 
 # -- merging ------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def _manifest_lock(root: Path) -> Iterator[None]:
-    """Two `edgesmith bench` processes on one build must not lose each other's results."""
-    with open(root / ".manifest.lock", "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+def device_record(previous: dict[str, Any] | None, run: dict[str, Any]) -> dict[str, Any]:
+    """A device's entry after ``run``: the run itself when it succeeded (or when there is
+    nothing earlier worth keeping); otherwise the previous entry, its targets replaced by
+    those this run measured, and this run's failure recorded beside them as ``last_error``.
+    A failed reconnect must not erase what the device measured before."""
+    if run["status"] == "ok" or not (previous or {}).get("targets"):
+        return run
+    assert previous is not None
+    record = {k: v for k, v in previous.items() if k != "last_error"}
+    fresh = {t.get("name"): t for t in run["targets"]}
+    record["targets"] = ([fresh.pop(t.get("name"), t) for t in previous["targets"]]
+                         + list(fresh.values()))
+    if run.get("error"):
+        record["last_error"] = {"unix": int(time.time()), "status": run["status"],
+                                **run["error"]}
+    return record
 
 
-def merge_into_manifest(root: Path, results: dict[str, dict[str, Any]]) -> None:
-    with _manifest_lock(root):
-        path = root / "manifest.json"
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-        bench = manifest.get("bench") or {}
-        bench.update(results)
-        manifest["bench"] = bench
-        write_json_atomic(path, manifest)
+def artifact_hashes(manifest: dict[str, Any]) -> dict[str, str | None]:
+    """{target name: sha256} of every artifact the manifest holds."""
+    return {t.get("name") or f"{t.get('format')}-{t.get('precision')}": t.get("sha256")
+            for t in manifest.get("targets") or [] if t.get("path")}
+
+
+def drop_stale(record: dict[str, Any], hashes: dict[str, str | None]) -> dict[str, Any]:
+    """Move results measured on an artifact the manifest no longer holds (another sha256,
+    or the target is gone) to ``stale_targets``; results without a hash (older edgesmith)
+    cannot be judged and stay."""
+    live, stale = [], list(record.get("stale_targets") or [])
+    for t in record.get("targets") or []:
+        sha = t.get("artifact_sha256")
+        if sha is not None and hashes.get(t.get("name")) != sha:
+            stale.append({"name": t.get("name"), "artifact_sha256": sha,
+                          "measured_unix": t.get("measured_unix"),
+                          "why": "the build now holds another artifact under this name"})
+        else:
+            live.append(t)
+    if not stale:
+        return record
+    return {**record, "targets": live, "stale_targets": stale}
+
+
+def merge_into_manifest(root: Path, device: str, record: dict[str, Any]) -> dict[str, Any]:
+    """Put ``record`` under ``manifest["bench"][device]``, re-judging every entry against the
+    manifest's artifact hashes, and re-render the report. Returns the record as stored.
+    The caller holds the build folder's lock (``outdir.lock``)."""
+    path = root / "manifest.json"
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    hashes = artifact_hashes(manifest)
+    bench = {**(manifest.get("bench") or {}), device: record}
+    manifest["bench"] = {name: drop_stale(r, hashes) if isinstance(r, dict) else r
+                         for name, r in bench.items()}
+    write_json_atomic(path, manifest)
     try:
         from edgesmith.pipeline.report import write_report
     except ImportError:  # TODO(lead): drop this guard once pipeline.report is always present
-        return
+        return manifest["bench"][device]
     write_report(root)
+    return manifest["bench"][device]
 
 
 # -- the run and its verdict -----------------------------------------------------------------
@@ -605,10 +663,11 @@ async def bench_devices(build: Build, devices: list[Device], *, runs: int, warmu
             async with gate:
                 transport = (SshTransport(device.ssh, **extra) if device.ssh
                              else LocalTransport())
-                result = await _DeviceRun(build, device, transport, runs, warmup, keep,
-                                          events, per_device[device.name],
-                                          exec_wrapper).run()
-                merge_into_manifest(build.root, {device.name: result})
+                run = _DeviceRun(build, device, transport, runs, warmup, keep, events,
+                                 per_device[device.name], exec_wrapper)
+                result = await run.run()
+                stored = merge_into_manifest(build.root, device.name, run.record())
+                write_json_atomic(run.out, stored)
                 return result
 
         results = await asyncio.gather(*(one(d) for d in devices))
@@ -638,9 +697,14 @@ def bench(build_dir: Path, devices: list[Device], *, runs: int = DEFAULT_RUNS,
         except ValueError as e:
             raise UsageError(f"--exec-wrapper {exec_wrapper!r}: {e}",
                              fix="quote it like a shell command line") from None
-    build = load_build(build_dir)
-    results = interrupt.run(bench_devices(
-        build, devices, runs=runs, warmup=warmup, keep=keep, concurrency=concurrency,
-        events=events or BenchEvents(), connect_attempts=connect_attempts,
-        backoff_s=backoff_s, prebuilt_c=prebuilt_c, exec_wrapper=exec_wrapper or None))
+    events = events or BenchEvents()
+    require_build(Path(build_dir))
+    # the lock `edgesmith build` takes: no rebuild can swap the artifacts (and manifest)
+    # between reading them here and merging their results
+    with outdir.lock(Path(build_dir), on_wait=events.warn):
+        build = load_build(build_dir)
+        results = interrupt.run(bench_devices(
+            build, devices, runs=runs, warmup=warmup, keep=keep, concurrency=concurrency,
+            events=events, connect_attempts=connect_attempts, backoff_s=backoff_s,
+            prebuilt_c=prebuilt_c, exec_wrapper=exec_wrapper or None))
     return BenchRun(Path(build_dir), results)
