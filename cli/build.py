@@ -11,7 +11,7 @@ from edgesmith.errors import EdgesmithError
 from edgesmith.pipeline import build as build_mod
 
 from .app import app, out_console
-from .render import RichEvents, targets_table
+from .render import RichEvents, print_whole, targets_table
 
 MODEL_HELP = ("the model: path/to/model.py:callable, package.module:callable, a .pt state dict "
               "(with --arch) or TorchScript, or an .onnx file")
@@ -35,8 +35,9 @@ def _show(manifest: dict, out: Path, as_json: bool) -> None:
     if as_json:
         out_console.print_json(json.dumps(build_mod.summary(manifest, out)))
         return
-    out_console.print(targets_table(manifest))
-    out_console.print(f"manifest: {out / 'manifest.json'}   report: {out / 'report.md'}")
+    print_whole(out_console, targets_table(manifest))
+    out_console.print(f"manifest: {out / 'manifest.json'}   report: {out / 'report.md'}",
+                      soft_wrap=True)
 
 
 # options shared by `build` and `convert` (typer accepts one OptionInfo in several commands)

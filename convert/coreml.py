@@ -268,7 +268,9 @@ def _stage(ctx: ConvertContext, stage: str, fn):
 
 @contextlib.contextmanager
 def _captured(ctx: ConvertContext):
-    """coremltools' progress bars and warnings go to the target's log, not the terminal."""
+    """coremltools' progress bars and warnings go to the target's log, not the terminal.
+    Its logger stops propagating meanwhile: the root logger's handler would otherwise
+    print its ``ERROR -`` lines (a failed graph pass) on the console as well."""
     import logging
     import warnings
 
@@ -278,11 +280,13 @@ def _captured(ctx: ConvertContext):
         handler = logging.StreamHandler(log)
         lg = logging.getLogger("coremltools")
         lg.addHandler(handler)
+        propagate, lg.propagate = lg.propagate, False
         warnings.simplefilter("ignore")
         try:
             yield
         finally:
             lg.removeHandler(handler)
+            lg.propagate = propagate
 
 
 def _reserialize_deterministically(package: Path) -> None:

@@ -249,7 +249,7 @@ def _run_onnx2tf(ctx: ConvertContext, work: Path, *, int8: bool) -> Path:
                                   env=env, stdout=log, stderr=subprocess.STDOUT,
                                   timeout=ctx.options.timeout_s, check=False)
     except subprocess.TimeoutExpired:
-        raise ConversionError(f"onnx2tf did not finish within {ctx.options.timeout_s:.0f} s",
+        raise ConversionError(f"onnx2tf did not finish within {ctx.options.timeout_s:g} s",
                               where=stage, fix=f"see {ctx.log_path}; raise options.timeout_s "
                                                "for very large models") from None
     if proc.returncode != 0:

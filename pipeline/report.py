@@ -89,6 +89,15 @@ def _plots(root: Path, manifest: dict[str, Any]) -> list[str]:
     return made
 
 
+def _note(target: dict[str, Any]) -> str:
+    """A target's note without its name: the build's messages start with it ("onnx-int8:
+    output parity off ...") so they read alone on the console, and the report's list
+    names the target already."""
+    text = str(target.get("note") or target.get("message"))
+    prefix = f"{target['name']}: "
+    return text[len(prefix):] if text.startswith(prefix) else text
+
+
 def render_markdown(manifest: dict[str, Any], images: list[str]) -> str:
     ref = manifest.get("reference", {})
     prof = manifest.get("profile", {})
@@ -110,7 +119,7 @@ def render_markdown(manifest: dict[str, Any], images: list[str]) -> str:
         _md_table(HEADER, target_rows(manifest)),
         "",
     ]
-    notes = [f"- {t['name']}: {t.get('note') or t.get('message')}"
+    notes = [f"- {t['name']}: {_note(t)}"
              for t in manifest.get("targets", []) if t.get("note") or t.get("message")]
     if notes:
         parts += ["Notes:", "", *notes, ""]
