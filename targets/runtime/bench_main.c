@@ -11,6 +11,8 @@
 #if !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200112L
 #endif
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,35 +117,63 @@ static int run_once(es_model *m, int slice, uint32_t sleep_us, const es_hooks *h
     return es_run(m, hooks);
 }
 
+static int usage(const char *argv0) {
+    fprintf(stderr, "usage: %s [--weights F] [--input in.raw] [--output out.raw] "
+                    "[--runs N>=1] [--warmup W>=0] [--slice K>=0] [--sleep-us S>=0] "
+                    "[--sysfs ROOT] [--profile]\n",
+            argv0);
+    return 2;
+}
+
+/* the whole of ``text`` as a decimal number in [lo, hi]; else say which flag and why
+ * (atoi would read "abc" as 0 and "-5" as -5, and the run would quietly measure
+ * something else) */
+static int parse_number(const char *flag, const char *text, long long lo, long long hi,
+                        long long *out) {
+    char *end = NULL;
+    long long v;
+    errno = 0;
+    v = strtoll(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || v < lo || v > hi) {
+        fprintf(stderr, "error: %s %s: expected a whole number from %lld to %lld\n", flag, text,
+                lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *weights = NULL, *input = NULL, *output = NULL, *sysfs = "/sys";
     int runs = 50, warmup = 5, slice = 0, profile = 0, i, rc, energy_ok;
     es_hooks prof_hooks = {NULL, on_step, NULL};
     uint32_t sleep_us = 0;
     uint64_t e0 = 0, e1 = 0, erange = 0;
+    long long num = 0;
     es_model m;
     for (i = 1; i < argc; ++i) {
-        if (i + 1 < argc && strcmp(argv[i], "--weights") == 0) weights = argv[++i];
-        else if (i + 1 < argc && strcmp(argv[i], "--input") == 0) input = argv[++i];
-        else if (i + 1 < argc && strcmp(argv[i], "--output") == 0) output = argv[++i];
-        else if (i + 1 < argc && strcmp(argv[i], "--runs") == 0) runs = atoi(argv[++i]);
-        else if (i + 1 < argc && strcmp(argv[i], "--warmup") == 0) warmup = atoi(argv[++i]);
-        else if (i + 1 < argc && strcmp(argv[i], "--slice") == 0) slice = atoi(argv[++i]);
-        else if (i + 1 < argc && strcmp(argv[i], "--sleep-us") == 0)
-            sleep_us = (uint32_t)strtoul(argv[++i], NULL, 10);
-        else if (i + 1 < argc && strcmp(argv[i], "--sysfs") == 0) sysfs = argv[++i];
+        const int has_value = i + 1 < argc;
+        if (has_value && strcmp(argv[i], "--weights") == 0) weights = argv[++i];
+        else if (has_value && strcmp(argv[i], "--input") == 0) input = argv[++i];
+        else if (has_value && strcmp(argv[i], "--output") == 0) output = argv[++i];
+        else if (has_value && strcmp(argv[i], "--runs") == 0) {
+            if (parse_number("--runs", argv[++i], 1, INT_MAX, &num) != 0) return usage(argv[0]);
+            runs = (int)num;
+        } else if (has_value && strcmp(argv[i], "--warmup") == 0) {
+            if (parse_number("--warmup", argv[++i], 0, INT_MAX, &num) != 0) return usage(argv[0]);
+            warmup = (int)num;
+        } else if (has_value && strcmp(argv[i], "--slice") == 0) {
+            if (parse_number("--slice", argv[++i], 0, INT_MAX, &num) != 0) return usage(argv[0]);
+            slice = (int)num;
+        } else if (has_value && strcmp(argv[i], "--sleep-us") == 0) {
+            if (parse_number("--sleep-us", argv[++i], 0, UINT32_MAX, &num) != 0)
+                return usage(argv[0]);
+            sleep_us = (uint32_t)num;
+        } else if (has_value && strcmp(argv[i], "--sysfs") == 0) sysfs = argv[++i];
         else if (strcmp(argv[i], "--profile") == 0) profile = 1;
-        else {
-            fprintf(stderr, "usage: %s [--weights F] [--input in.raw] [--output out.raw] "
-                            "[--runs N] [--warmup W] [--slice K] [--sleep-us S] [--sysfs ROOT] "
-                            "[--profile]\n",
-                    argv[0]);
-            return 2;
-        }
+        else return usage(argv[0]);
     }
-    if (runs < 1) runs = 1;
-    if (runs > ES_BENCH_MAX_RUNS) runs = ES_BENCH_MAX_RUNS;
-    if (warmup < 0) warmup = 0;
+    if (runs > ES_BENCH_MAX_RUNS) runs = ES_BENCH_MAX_RUNS; /* the JSON line says how many */
     if (load_inputs(input) != 0) {
         fprintf(stderr, "error: cannot read %s (%u bytes per input expected)\n", input,
                 (unsigned)es_input_bytes[0]);
