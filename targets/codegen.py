@@ -1,9 +1,11 @@
 """Graph + memory plan -> a self-contained C folder.
 
-Output: ``model.h`` (sizes as #defines, the API), ``model.c`` (the tensor table, the
-kernel parameter blocks as static const data, one ``case`` per step named after its ONNX
-node), ``weights.bin`` or ``weights_data.c``, the runtime sources the model uses,
-``bench_main.c`` and a ``Makefile``.
+Output: ``model.h`` (sizes as #defines, the API), ``model.c`` (the tensor table, one
+named #define per buffer, compile-time checks of the planned scratch, the kernel
+parameter blocks as named static const structs, one ``case`` per step named after its
+ONNX node), ``plan.txt`` (the memory plan drawn as text), ``weights.bin`` or
+``weights_data.c``, the runtime sources the model uses (``es_model.c``: the API, the same
+for every model), ``bench_main.c`` and a ``Makefile``.
 """
 
 from __future__ import annotations
@@ -18,14 +20,15 @@ from typing import Any
 import numpy as np
 
 from edgesmith.artifact import write_text_atomic
+from edgesmith.errors import ConversionError
 
 from . import weights as wts
-from .graph import DTYPES, Graph, Ref
-from .planner import Plan
+from .graph import Call, Graph, Ref, c_ident
+from .planner import Plan, render_plan
 
 RUNTIME = Path(__file__).parent / "runtime"
-CORE_SOURCES = ["edgesmith_rt.h", "es_simd.h", "es_runtime.c", "es_power.h", "es_power.c",
-                "bench_main.c"]
+CORE_SOURCES = ["edgesmith_rt.h", "es_simd.h", "es_runtime.c", "es_model.c", "es_power.h",
+                "es_power.c", "bench_main.c"]
 
 
 @dataclass
@@ -65,33 +68,60 @@ def _kernel_index() -> dict[str, str]:
     return idx
 
 
+def buffer_names(g: Graph) -> dict[str, str]:
+    """Tensor -> the C macro model.c names its buffer with: ``T_`` + the tensor's name
+    (the ONNX value it holds, already a C identifier) without leading, trailing or doubled
+    underscores, made unique with a numeric suffix."""
+    names: dict[str, str] = {}
+    taken: set[str] = set()
+    for t in g.tensors:
+        base = "T_" + (re.sub("_+", "_", t).strip("_") or "t")
+        name, k = base, 1
+        while name in taken:
+            k += 1
+            name = f"{base}_{k}"
+        taken.add(name)
+        names[t] = name
+    return names
+
+
 class _Writer:
-    def __init__(self, g: Graph, plan: Plan, wl: wts.WeightsLayout):
-        self.g, self.plan, self.wl = g, plan, wl
+    """Renders the calls of the steps: buffers by name, parameter blocks as named
+    static const structs with designated initialisers, collected in ``params``."""
+
+    def __init__(self, g: Graph, plan: Plan):
+        self.g, self.plan = g, plan
+        self.names = buffer_names(g)
         self.params: list[str] = []
+        self._pnames: set[str] = set()
 
-    def ptr(self, r: Ref) -> str:
+    def ptr(self, r: Ref, step: int) -> str:
+        if r.name.startswith("__scratch"):
+            # a step that needs none still gets a valid pointer, the arena's start
+            return f"(void *)SCRATCH_{step}" if f"__scratch_{step}" in self.plan.offsets \
+                else "(void *)A"
         t = self.g.tensors[r.name]
-        off = r.offset * np.dtype(t.data.dtype if t.data is not None else _np(t.dtype)).itemsize
-        if t.kind == "const":
-            return f"(const {t.ctype} *)(W + {self.wl.offsets[t.name] + off})"
-        return f"({t.ctype} *)(A + {self.plan.offsets[t.name] + off})"
+        const = "const " if t.kind == "const" else ""
+        cast = f"({const}{t.ctype} *){self.names[r.name]}"
+        return f"({cast} + {r.offset})" if r.offset else cast
 
-    def arg(self, a: Any, pname: str) -> str:
+    def param_name(self, step_name: str, index: int) -> str:
+        """P_<node> (P_<node>_<k> for a step's later calls), unique, a C identifier."""
+        base = "P_" + (re.sub("_+", "_", c_ident(step_name)).strip("_") or f"step{index}")
+        name, k = base, 1
+        while name in self._pnames:
+            k += 1
+            name = f"{base}_{k}"
+        self._pnames.add(name)
+        return name
+
+    def arg(self, a: Any, step: int, step_name: str) -> str:
         if isinstance(a, Ref):
-            return self.ptr(a)
+            return self.ptr(a, step)
         if isinstance(a, dict):
-            fields = []
-            for k, v in a.items():
-                if k == "__struct__":
-                    continue
-                if isinstance(v, list):
-                    fields.append(f".{k} = {{{', '.join(str(int(x)) for x in v)}}}")
-                elif isinstance(v, float):
-                    fields.append(f".{k} = {c_float(v)}")
-                else:
-                    fields.append(f".{k} = {int(v)}")
-            self.params.append(f"static const {a['__struct__']} {pname} = {{{', '.join(fields)}}};")
+            pname = self.param_name(step_name, step)
+            self.params.append(f"static const {a['__struct__']} {pname} = {{\n"
+                               + _wrap(_fields(a), "    ", ",", 92) + "\n};")
             return "&" + pname
         if isinstance(a, bool):
             return str(int(a))
@@ -101,11 +131,47 @@ class _Writer:
             return c_float(a)
         if isinstance(a, str):
             return a
-        raise TypeError(f"cannot render argument {a!r}")
+        raise ConversionError(f"cannot render argument {a!r} of a call in step {step_name!r}",
+                              where=step_name, fix="report a bug: a lowering made a call "
+                                                   "argument codegen does not know")
+
+    def call(self, c: Call, step: int, step_name: str) -> str:
+        """``fn(args)`` on one line, or one argument a line aligned under the first."""
+        args = [self.arg(a, step, step_name) for a in c.args]
+        one = f"{c.fn}({', '.join(args)})"
+        if len(one) <= 88:
+            return one
+        return f"{c.fn}(" + f",\n{' ' * (9 + len(c.fn))}".join(args) + ")"
 
 
-def _np(dtype: str):
-    return DTYPES[dtype][0]
+def _wrap(items: list[str], indent: str, sep: str, width: int) -> str:
+    """``items`` joined by ``sep`` in lines of at most ``width`` characters."""
+    lines, cur = [], ""
+    for it in items:
+        piece = f"{it}{sep}"
+        if cur and len(indent) + len(cur) + 1 + len(piece) > width:
+            lines.append(indent + cur)
+            cur = piece
+        else:
+            cur = f"{cur} {piece}" if cur else piece
+    if cur:
+        lines.append(indent + cur)
+    return "\n".join(lines)
+
+
+def _fields(a: dict) -> list[str]:
+    """Designated initialisers of a parameter block."""
+    out = []
+    for k, v in a.items():
+        if k == "__struct__":
+            continue
+        if isinstance(v, list):
+            out.append(f".{k} = {{{', '.join(str(int(x)) for x in v)}}}")
+        elif isinstance(v, float):
+            out.append(f".{k} = {c_float(v)}")
+        else:
+            out.append(f".{k} = {int(v)}")
+    return out
 
 
 def _model_h(g: Graph, plan: Plan, wl: wts.WeightsLayout, embedded: bool, name: str) -> str:
@@ -134,99 +200,112 @@ def _model_h(g: Graph, plan: Plan, wl: wts.WeightsLayout, embedded: bool, name: 
             lines.append(f"#define ES_{kind}{i}_ELEMS {t.size}u")
             lines.append(f"#define ES_{kind}{i}_BYTES {t.nbytes}u")
             lines.append(f"/* {kind.lower()} {i}: {t.ctype} {list(t.shape)} */")
-    lines += [
-        "", "typedef struct {", "    const char *name;", "    uint32_t offset, bytes;",
-        "    int is_weight;", "} es_tensor_info;", "",
-        "extern const es_tensor_info es_tensors[]; /* the memory plan, as data */",
-        "extern const int es_num_tensors;",
-        "extern const uint32_t es_input_bytes[], es_output_bytes[];",
-        "extern const char *const es_step_names[];  /* ONNX node per step */",
-        "extern const char *const es_step_ops[];", "",
-        "/* weights_path: weights.bin (NULL = \"weights.bin\"); ignored when embedded. */",
-        "int es_init(es_model *m, void *arena, size_t arena_size, const char *weights_path);",
-        "void es_deinit(es_model *m);",
-        "int es_input(es_model *m, int index, const void *data, size_t nbytes);",
-        "void *es_input_ptr(es_model *m, int index);",
-        "int es_run(es_model *m, const es_hooks *hooks);",
-        "/* Run at most max_steps steps; ES_MORE while steps remain, ES_OK when done. */",
-        "int es_run_slice(es_model *m, int max_steps, const es_hooks *hooks);",
-        "int es_output(const es_model *m, int index, void *data, size_t nbytes);",
-        "const void *es_output_ptr(const es_model *m, int index);",
-        "", "#ifdef __cplusplus", "}", "#endif", "#endif /* ES_MODEL_H */", ""]
-    return "\n".join(lines)
+    return "\n".join(lines + _API_H)
 
 
-def _model_c(g: Graph, plan: Plan, wl: wts.WeightsLayout, embedded: bool) -> str:
-    w = _Writer(g, plan, wl)
-    cases = []
-    for i, st in enumerate(g.steps):
-        body = [f"    case {i}: /* {st.name} ({st.op}) */".replace("*/", "* /", 1)
-                if "*/" in st.name else f"    case {i}: /* {st.name} ({st.op}) */"]
-        for j, c in enumerate(st.calls):
-            args = []
-            for a in c.args:
-                if isinstance(a, Ref) and a.name.startswith("__scratch"):
-                    # a step that needs none still gets a valid pointer, the arena's start
-                    args.append(f"(void *)(A + {plan.offsets.get(f'__scratch_{i}', 0)})")
-                else:
-                    args.append(w.arg(a, f"P{i}_{j}"))
-            body.append(f"        {c.fn}({', '.join(args)});")
-        body.append("        break;")
-        cases.append("\n".join(body))
-    tinfo = []
-    for t in g.tensors.values():
-        if t.kind == "const":
-            tinfo.append(f"    {{{c_string(t.name)}, {wl.offsets[t.name]}u, {t.nbytes}u, 1}},")
-        else:
-            tinfo.append(f"    {{{c_string(t.name)}, {plan.offsets[t.name]}u, {t.nbytes}u, 0}},")
+_API_H = [
+    "", "typedef struct {", "    const char *name;", "    uint32_t offset, bytes;",
+    "    int is_weight;", "} es_tensor_info;", "",
+    "extern const es_tensor_info es_tensors[]; /* the memory plan, as data */",
+    "extern const int es_num_tensors;",
+    "extern const uint32_t es_input_bytes[], es_output_bytes[];",
+    "extern const char *const es_step_names[];  /* ONNX node per step */",
+    "extern const char *const es_step_ops[];", "",
+    "/* weights_path: weights.bin (NULL = \"weights.bin\"); ignored when embedded. */",
+    "int es_init(es_model *m, void *arena, size_t arena_size, const char *weights_path);",
+    "void es_deinit(es_model *m);",
+    "int es_input(es_model *m, int index, const void *data, size_t nbytes);",
+    "void *es_input_ptr(es_model *m, int index);",
+    "int es_run(es_model *m, const es_hooks *hooks);",
+    "/* Run at most max_steps steps; ES_MORE while steps remain, ES_OK when done. */",
+    "int es_run_slice(es_model *m, int max_steps, const es_hooks *hooks);",
+    "int es_output(const es_model *m, int index, void *data, size_t nbytes);",
+    "const void *es_output_ptr(const es_model *m, int index);", "",
+    "/* between model.c and es_model.c: where inputs and outputs live in the arena, and",
+    " * one step of the model (es_run and es_run_slice call it; not for applications) */",
+    "extern const uint32_t es_input_offsets[], es_output_offsets[];",
+    "void es_run_step(es_model *m, int index);",
+    "", "#ifdef __cplusplus", "}", "#endif", "#endif /* ES_MODEL_H */", ""]
+
+
+def _c_list(items: list[str], empty: str) -> str:
+    return "\n".join(f"    {x}," for x in items) or f"    {empty},"
+
+
+def _plan_tables(g: Graph, plan: Plan, wl: wts.WeightsLayout) -> str:
+    """The memory plan and the step names as data (es_tensors, offsets, byte counts)."""
+    tinfo = [f"{{{c_string(t.name)}, {wl.offsets[t.name]}u, {t.nbytes}u, 1}}"
+             if t.kind == "const" else
+             f"{{{c_string(t.name)}, {plan.offsets[t.name]}u, {t.nbytes}u, 0}}"
+             for t in g.tensors.values()]
     ins = ", ".join(str(plan.offsets[n]) + "u" for n in g.inputs) or "0u"
     outs = ", ".join(str(plan.offsets[n]) + "u" for n in g.outputs) or "0u"
     in_b = ", ".join(f"ES_INPUT{i}_BYTES" for i in range(len(g.inputs))) or "0u"
     out_b = ", ".join(f"ES_OUTPUT{i}_BYTES" for i in range(len(g.outputs))) or "0u"
-    weights_init = (
-        "    m->weights.payload = es_weights_blob;\n"
-        "    m->weights.payload_size = ES_WEIGHTS_BYTES;\n"
-        "    m->weights.map_base = NULL;\n"
-        "    m->weights.map_size = 0;\n"
-        "    (void)weights_path;\n"
-        if embedded else
-        "    rc = es_weights_open(weights_path ? weights_path : \"weights.bin\", ES_MODEL_ID,\n"
-        "                         ES_WEIGHTS_COUNT, ES_WEIGHTS_BYTES, &m->weights);\n"
-        "    if (rc != ES_OK) return rc;\n")
-    src = f"""/* Generated by edgesmith. One case per step, named after its ONNX node.
- * A = the arena (offsets from the memory plan), W = the weights payload. */
-#include <string.h>
-
-#include "model.h"
-
-#if ES_WEIGHTS_EMBEDDED
-extern const unsigned char es_weights_blob[];
-#endif
-
-/* ---- memory plan: {len(g.tensors)} tensors; arena {plan.arena_bytes} B
+    return f"""/* ---- memory plan: {len(g.tensors)} tensors; arena {plan.arena_bytes} B
  *      (liveness lower bound {plan.lower_bound_bytes} B, naive {plan.naive_bytes} B,
- *       {plan.strategy}) ---- */
+ *       {plan.strategy}); drawn in plan.txt ---- */
 const es_tensor_info es_tensors[] = {{
-{chr(10).join(tinfo) or '    {"", 0u, 0u, 0},'}
+{_c_list(tinfo, '{"", 0u, 0u, 0}')}
 }};
 const int es_num_tensors = (int)(sizeof es_tensors / sizeof es_tensors[0]);
 
-static const uint32_t in_off[] = {{{ins}}};
-static const uint32_t out_off[] = {{{outs}}};
+const uint32_t es_input_offsets[] = {{{ins}}};
+const uint32_t es_output_offsets[] = {{{outs}}};
 const uint32_t es_input_bytes[] = {{{in_b}}};
 const uint32_t es_output_bytes[] = {{{out_b}}};
 
 const char *const es_step_names[] = {{
-{chr(10).join('    ' + c_string(s.name) + ',' for s in g.steps) or '    "",'}
+{_c_list([c_string(st.name) for st in g.steps], '""')}
 }};
 const char *const es_step_ops[] = {{
-{chr(10).join('    ' + c_string(s.op) + ',' for s in g.steps) or '    "",'}
+{_c_list([c_string(st.op) for st in g.steps], '""')}
 }};
-
-/* ---- kernel parameters ---- */
 """
-    run_step = f"""
-static void run_step(es_model *m, int i) {{
+
+
+def _comment(s: str) -> str:
+    return s.replace("*/", "* /")
+
+
+def _buffer_defines(g: Graph, plan: Plan, wl: wts.WeightsLayout, names: dict[str, str]) -> str:
+    """One #define per buffer: activations at their arena offset (A), constants at their
+    weights offset (W), each step's scratch; used only inside es_run_step."""
+    lines = ["/* ---- buffers: activations and scratch in the arena A, constants in the "
+             "weights W ---- */"]
+    for t in g.tensors.values():
+        base, off = ("W", wl.offsets[t.name]) if t.kind == "const" else ("A",
+                                                                         plan.offsets[t.name])
+        lines.append(f"#define {names[t.name]} ({base} + {off}) "
+                     f"/* {t.ctype} {list(t.shape)}, {t.nbytes} B */")
+    for i, st in enumerate(g.steps):
+        if f"__scratch_{i}" in plan.offsets:
+            lines.append(f"#define SCRATCH_{i} (A + {plan.offsets[f'__scratch_{i}']}) "
+                         f"/* {st.scratch} B for {_comment(st.name)} */")
+    return "\n".join(lines)
+
+
+def scratch_checks(g: Graph) -> list[str]:
+    """ES_STATIC_ASSERT lines: each step's planned scratch is at least what its kernel's
+    macro in edgesmith_rt.h says it needs, so the build fails where they drift apart."""
+    lines = []
+    for i, st in enumerate(g.steps):
+        exprs = dict.fromkeys(c.kernel.scratch_c(c.args[-1]) for c in st.calls
+                              if c.kernel is not None and c.kernel.scratch_c is not None)
+        for k, expr in enumerate(exprs):
+            lines.append(f"ES_STATIC_ASSERT(step{i}_scratch{'_' + str(k) if k else ''}, "
+                         f"{st.scratch}u >= {expr}); /* {_comment(st.name)} */")
+    return lines
+
+
+def _run_step(g: Graph, w: _Writer) -> str:
+    cases = []
+    for i, st in enumerate(g.steps):
+        body = [f"    case {i}: /* {_comment(st.name)} ({st.op}) */"]
+        body += [f"        {w.call(c, i, st.name)};" for c in st.calls]
+        body.append("        break;")
+        cases.append("\n".join(body))
+    return f"""void es_run_step(es_model *m, int i) {{
     unsigned char *A = m->arena;
     const unsigned char *W = m->weights.payload;
     (void)A;
@@ -237,84 +316,22 @@ static void run_step(es_model *m, int i) {{
         break;
     }}
 }}
-
-int es_init(es_model *m, void *arena, size_t arena_size, const char *weights_path) {{
-    int rc = ES_OK;
-    if (!m || !arena) return ES_ERR_ARG;
-    memset(m, 0, sizeof *m);
-    if (arena_size < ES_ARENA_BYTES) return ES_ERR_ARENA_SMALL;
-    if ((uintptr_t)arena % ES_ARENA_ALIGN)
-        return ES_ERR_ARENA_ALIGN;
-{weights_init}    m->arena = (unsigned char *)arena;
-    m->arena_size = arena_size;
-    m->next_step = 0;
-    m->ready = 1;
-    return rc;
-}}
-
-void es_deinit(es_model *m) {{
-    if (!m) return;
-#if !ES_WEIGHTS_EMBEDDED
-    es_weights_close(&m->weights);
-#endif
-    m->ready = 0;
-}}
-
-int es_input(es_model *m, int index, const void *data, size_t nbytes) {{
-    if (!m || !m->ready) return ES_ERR_NOT_INIT;
-    if (index < 0 || index >= ES_NUM_INPUTS || !data) return ES_ERR_ARG;
-    if (nbytes != es_input_bytes[index]) return ES_ERR_SIZE;
-    memcpy(m->arena + in_off[index], data, nbytes);
-    return ES_OK;
-}}
-
-void *es_input_ptr(es_model *m, int index) {{
-    if (!m || !m->ready || index < 0 || index >= ES_NUM_INPUTS) return NULL;
-    return m->arena + in_off[index];
-}}
-
-int es_output(const es_model *m, int index, void *data, size_t nbytes) {{
-    if (!m || !m->ready) return ES_ERR_NOT_INIT;
-    if (index < 0 || index >= ES_NUM_OUTPUTS || !data) return ES_ERR_ARG;
-    if (nbytes != es_output_bytes[index]) return ES_ERR_SIZE;
-    memcpy(data, m->arena + out_off[index], nbytes);
-    return ES_OK;
-}}
-
-const void *es_output_ptr(const es_model *m, int index) {{
-    if (!m || !m->ready || index < 0 || index >= ES_NUM_OUTPUTS) return NULL;
-    return m->arena + out_off[index];
-}}
-
-int es_run_slice(es_model *m, int max_steps, const es_hooks *hooks) {{
-    int n;
-    if (!m || !m->ready) return ES_ERR_NOT_INIT;
-    if (max_steps <= 0) return ES_ERR_ARG;
-    for (n = 0; n < max_steps && m->next_step < ES_NUM_STEPS; ++n) {{
-        const int i = m->next_step;
-        uint64_t t0 = 0;
-        if (hooks && hooks->before_step)
-            hooks->before_step(hooks->user, i, es_step_ops[i], es_step_names[i]);
-        if (hooks && hooks->after_step) t0 = es_now_ns();
-        run_step(m, i);
-        if (hooks && hooks->after_step)
-            hooks->after_step(hooks->user, i, es_step_ops[i], es_step_names[i], es_now_ns() - t0);
-        m->next_step = i + 1;
-    }}
-    if (m->next_step >= ES_NUM_STEPS) {{
-        m->next_step = 0;
-        return ES_OK;
-    }}
-    return ES_MORE;
-}}
-
-int es_run(es_model *m, const es_hooks *hooks) {{
-    if (!m || !m->ready) return ES_ERR_NOT_INIT;
-    m->next_step = 0;
-    return es_run_slice(m, ES_NUM_STEPS > 0 ? ES_NUM_STEPS : 1, hooks);
-}}
 """
-    return src + "\n".join(w.params) + "\n" + run_step
+
+
+def _model_c(g: Graph, plan: Plan, wl: wts.WeightsLayout, name: str) -> str:
+    w = _Writer(g, plan)
+    run_step = _run_step(g, w)  # fills w.params
+    checks = scratch_checks(g)
+    return "\n".join([
+        f"/* Generated by edgesmith for model {_comment(repr(name))} ({g.precision}). One case",
+        " * per step, named after its ONNX node; buffers are named after their ONNX values.",
+        " * The API (es_init, es_run, ...) is es_model.c, the same for every model. */",
+        '#include "model.h"', "", _plan_tables(g, plan, wl),
+        _buffer_defines(g, plan, wl, w.names), "",
+        "/* ---- scratch checks: each planned scratch against its kernel's macro ---- */",
+        *(checks or ["/* no step needs scratch */"]), "",
+        "/* ---- kernel parameters ---- */", *w.params, "", run_step])
 
 
 def _makefile(sources: list[str], cc: str, cflags: str, ldflags: str) -> str:
@@ -356,13 +373,16 @@ def generate(g: Graph, plan: Plan, out_dir: Path, *, embedded: bool = False, cc:
     fns = {c.fn for st in g.steps for c in st.calls}
     missing = sorted(f for f in fns if f not in idx and f not in ("es_copy",))
     if missing:
-        raise RuntimeError(f"no kernel source defines {missing}")
+        raise ConversionError(f"no kernel source in {RUNTIME / 'kernels'} defines {missing}",
+                              where=", ".join(missing),
+                              fix="report a bug: a lowering calls a kernel the runtime lacks")
     kernels = sorted({idx[f] for f in fns if f in idx} | {"copy.c"})
     for f in CORE_SOURCES:
         shutil.copyfile(RUNTIME / f, out_dir / f)
     for f in kernels:
         shutil.copyfile(RUNTIME / "kernels" / f, out_dir / "kernels" / f)
-    sources = ["model.c", "es_runtime.c", "es_power.c", *(f"kernels/{k}" for k in kernels)]
+    sources = ["model.c", "es_model.c", "es_runtime.c", "es_power.c",
+               *(f"kernels/{k}" for k in kernels)]
     file_bytes = 0
     if embedded:
         write_text_atomic(out_dir / "weights_data.c", wts.embedded_c(wl))
@@ -370,7 +390,8 @@ def generate(g: Graph, plan: Plan, out_dir: Path, *, embedded: bool = False, cc:
     else:
         file_bytes = wts.write(out_dir / "weights.bin", wl, g.model_id)
     write_text_atomic(out_dir / "model.h", _model_h(g, plan, wl, embedded, name))
-    write_text_atomic(out_dir / "model.c", _model_c(g, plan, wl, embedded))
+    write_text_atomic(out_dir / "model.c", _model_c(g, plan, wl, name))
+    write_text_atomic(out_dir / "plan.txt", render_plan(plan, g))
     write_text_atomic(out_dir / "Makefile", _makefile(sources + ["bench_main.c"], cc, cflags,
                                                       ldflags))
     return Generated(out_dir, plan, len(wl.payload), file_bytes, sources + ["bench_main.c"])

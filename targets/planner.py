@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from edgesmith.errors import ConversionError
+
 from .graph import Graph
 
 
@@ -39,6 +41,10 @@ class Plan:
     strategy: str
     alignment: int
     inplace: list[str] = field(default_factory=list)  # steps that write over their input
+    # the placed buffers (an in-place group is one, named after its first tensor) and the
+    # tensors each holds: what render_plan draws
+    intervals: list[Interval] = field(default_factory=list)
+    members: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def efficiency(self) -> float:
@@ -106,19 +112,24 @@ def lower_bound(intervals: Sequence[Interval]) -> int:
 
 
 def check(intervals: Sequence[Interval], offsets: dict[str, int]) -> None:
-    """Raise if two buffers live at the same time share a byte."""
+    """Raise ConversionError if two buffers live at the same time share a byte: a
+    placement bug, caught before any C is written."""
     ivs = list(intervals)
     for a_i, a in enumerate(ivs):
         for b in ivs[a_i + 1:]:
             if a.overlaps(b):
                 oa, ob = offsets[a.name], offsets[b.name]
                 if oa < ob + b.size and ob < oa + a.size:
-                    raise AssertionError(f"{a.name} and {b.name} overlap in time and memory")
+                    raise ConversionError(
+                        f"memory plan: {a.name} [{oa}, {oa + a.size}) and {b.name} "
+                        f"[{ob}, {ob + b.size}) are live together and share bytes",
+                        where=f"{a.name}, {b.name}", fix="report a bug in the planner")
 
 
 # -- plan a graph --------------------------------------------------------------------------
-def plan(g: Graph, alignment: int = 64, inplace: bool = True) -> Plan:
-    """Offsets for every activation tensor of ``g`` (views share their base tensor)."""
+def lifetimes(g: Graph) -> tuple[dict[str, int], dict[str, int]]:
+    """(first, last) step of every activation: inputs from step 0, graph outputs to the
+    end (one past the last step)."""
     nsteps = len(g.steps)
     first: dict[str, int] = {}
     last: dict[str, int] = {}
@@ -126,36 +137,45 @@ def plan(g: Graph, alignment: int = 64, inplace: bool = True) -> Plan:
         first[name] = 0
         last[name] = 0
     for i, st in enumerate(g.steps):
-        for t in st.outputs:
-            first.setdefault(t, i)
-            last[t] = max(last.get(t, i), i)
-        for t in st.inputs:
+        for t in (*st.outputs, *st.inputs):
             first.setdefault(t, i)
             last[t] = max(last.get(t, i), i)
     for name in g.outputs:
         first.setdefault(name, nsteps)
         last[name] = max(nsteps, last.get(name, nsteps))
+    return first, last
 
-    # in-place: the output takes over the input's buffer when the input dies here
+
+def _inplace_groups(g: Graph, first: dict[str, int], last: dict[str, int]):
+    """(tensor -> group root, root -> members, steps done in place): an element-wise
+    step's output takes over its input's buffer when the input dies there."""
     group = {t: t for t in first}
     members: dict[str, list[str]] = {t: [t] for t in first}
-    done_inplace = []
-    if inplace:
-        for i, st in enumerate(g.steps):
-            if not st.inplace or not st.inputs or not st.outputs:
-                continue
-            src, dst = group[st.inputs[0]], st.outputs[0]
-            t_src, t_dst = g.tensors[st.inputs[0]], g.tensors[dst]
-            ends_here = max(last[m] for m in members[src]) == i
-            if (ends_here and t_src.kind == "act" and t_dst.kind != "input"
-                    and group[dst] == dst and t_dst.nbytes <= max(
-                        g.tensors[m].nbytes for m in members[src])
-                    and st.inputs.count(st.inputs[0]) == 1 and st.inputs[0] not in st.inputs[1:]):
-                group[dst] = src
-                members[src].append(dst)
-                del members[dst]
-                done_inplace.append(st.name)
+    done = []
+    for i, st in enumerate(g.steps):
+        if not st.inplace or not st.inputs or not st.outputs:
+            continue
+        src, dst = group[st.inputs[0]], st.outputs[0]
+        t_src, t_dst = g.tensors[st.inputs[0]], g.tensors[dst]
+        ends_here = max(last[m] for m in members[src]) == i
+        if (ends_here and t_src.kind == "act" and t_dst.kind != "input"
+                and group[dst] == dst and t_dst.nbytes <= max(
+                    g.tensors[m].nbytes for m in members[src])
+                and st.inputs.count(st.inputs[0]) == 1 and st.inputs[0] not in st.inputs[1:]):
+            group[dst] = src
+            members[src].append(dst)
+            del members[dst]
+            done.append(st.name)
+    return group, members, done
 
+
+def plan(g: Graph, alignment: int = 64, inplace: bool = True) -> Plan:
+    """Offsets for every activation tensor of ``g`` (views share their base tensor)."""
+    first, last = lifetimes(g)
+    if inplace:
+        group, members, done_inplace = _inplace_groups(g, first, last)
+    else:
+        group, members, done_inplace = {t: t for t in first}, {t: [t] for t in first}, []
     ivs = []
     for root, ms in members.items():
         size = max(g.tensors[m].nbytes + g.tensors[m].slack for m in ms)
@@ -164,6 +184,7 @@ def plan(g: Graph, alignment: int = 64, inplace: bool = True) -> Plan:
     for i, st in enumerate(g.steps):
         if st.scratch:
             ivs.append(Interval(f"__scratch_{i}", i, i, align(st.scratch, alignment)))
+            members[f"__scratch_{i}"] = [f"scratch of {st.name}"]
     offsets, arena, strategy = place(ivs)
     check(ivs, offsets)
     full = {t: offsets[group[t]] for t in group}
@@ -171,4 +192,41 @@ def plan(g: Graph, alignment: int = 64, inplace: bool = True) -> Plan:
         if st.scratch:
             full[f"__scratch_{i}"] = offsets[f"__scratch_{i}"]
     return Plan(full, arena, lower_bound(ivs), sum(iv.size for iv in ivs), strategy, alignment,
-                done_inplace)
+                done_inplace, ivs, members)
+
+
+# -- show the plan ---------------------------------------------------------------------------
+_MARKS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+
+def render_plan(p: Plan, g: Graph | None = None, width: int = 64) -> str:
+    """The plan as text, after TFLite Micro's PrintMemoryPlan: a legend (each buffer's
+    mark, offset, size, first and last step, the tensors it holds), then one row per step
+    drawing the arena ``width`` columns wide, each live buffer as its mark over the bytes
+    it occupies (``.`` free). A wasteful or wrong plan is visible at a glance."""
+    ivs = sorted(p.intervals, key=lambda iv: (p.offsets.get(iv.name, 0), iv.start, iv.name))
+    arena = max(p.arena_bytes, 1)
+    head = [f"memory plan: {len(ivs)} buffers, arena {p.arena_bytes} B (liveness lower "
+            f"bound {p.lower_bound_bytes} B, naive {p.naive_bytes} B), {p.strategy}, "
+            f"aligned to {p.alignment} B; in place: {len(p.inplace)} steps",
+            "", "mark  offset      size  steps      holds"]
+    marks = {}
+    for k, iv in enumerate(ivs):
+        marks[iv.name] = _MARKS[k % len(_MARKS)]
+        holds = ", ".join(p.members.get(iv.name, [iv.name]))
+        head.append(f"{marks[iv.name]:>4}  {p.offsets.get(iv.name, 0):>6}  {iv.size:>8}  "
+                    f"{iv.start:>4}-{iv.end:<4}  {holds}")
+    nsteps = max((iv.end for iv in ivs), default=-1) + 1
+    names = [st.name for st in g.steps] + ["(outputs)"] if g is not None else []
+    head += ["", f"step  0{'-' * (width - 2)}{arena} B"]
+    for step in range(nsteps):
+        row = ["."] * width
+        for iv in ivs:
+            if iv.start <= step <= iv.end:
+                lo = p.offsets.get(iv.name, 0) * width // arena
+                hi = max(lo + 1, -(-(p.offsets.get(iv.name, 0) + iv.size) * width // arena))
+                for c in range(lo, min(hi, width)):
+                    row[c] = marks[iv.name]
+        label = f"  {names[step]}" if step < len(names) else ""
+        head.append(f"{step:>4}  {''.join(row)}{label}")
+    return "\n".join(head) + "\n"

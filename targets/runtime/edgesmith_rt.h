@@ -79,6 +79,12 @@ typedef struct {
     int ready;
 } es_model;
 
+/* ---- compile-time checks ------------------------------------------------------------
+ * ES_STATIC_ASSERT(name, cond): a C99 static assertion (an array of negative size when cond
+ * is false). model.c states each step's planned scratch against its kernel's
+ * ES_*_SCRATCH macro with it, so a plan smaller than the kernel needs does not compile. */
+#define ES_STATIC_ASSERT(name, cond) typedef char es_static_assert_##name[(cond) ? 1 : -1]
+
 /* ---- kernel parameter blocks (generated code fills these as static const data) ------- */
 #define ES_MAX_DIMS 6
 
@@ -211,18 +217,21 @@ void es_transpose(const void *x, void *y, int elem, const es_perm *p);
 /* ---- int8 kernels (TFLite scheme) ------------------------------------------------------ */
 void es_quantize_f32_i8(const float *x, int8_t *y, int n, float scale, int zp);
 void es_dequantize_i8_f32(const int8_t *x, float *y, int n, float scale, int zp);
+/* acc: one int32 plane of OH x OW accumulators */
+#define ES_I8_CONV_SCRATCH(OH, OW) (4u * (unsigned)(OH) * (unsigned)(OW))
 void es_conv2d_i8(const int8_t *x, const int8_t *w, const int32_t *bias, const int32_t *mult,
                   const int32_t *shift, int32_t *acc, int8_t *y, const es_conv_params *p);
-/* fast paths (kernels/conv_int8_fast.c), bit-identical to es_conv2d_i8 */
+/* fast paths (kernels/conv_int8_fast.c), bit-identical to es_conv2d_i8. es_conv2d_i8_fast
+ * (any grouping): four int32 output planes, then the input widened to int16 */
+#define ES_I8_FAST_SCRATCH(C, H, W, OH, OW)                                                 \
+    (16u * (unsigned)(OH) * (unsigned)(OW) + 2u * (unsigned)(C) * (unsigned)(H) * (unsigned)(W) + \
+     4u)
 void es_conv2d_i8_fast(const int8_t *x, const int8_t *w, const int32_t *bias,
                        const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
                        const es_conv_params *p);
-void es_pointwise_i8(const int8_t *x, const int32_t *wp, const int32_t *bias,
-                     const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
-                     const es_conv_params *p);
 /* one-group conv as im2col + blocked GEMM; wp = int16 pairs of w.reshape(M, C*KH*KW) */
 /* pairs per reduction block: all K2 when short, else 64 pairs (128 taps) with an int32
- * [M][16] partial-sum buffer, whichever scratch is smaller (same rule in lower/int8.py) */
+ * [M][16] partial-sum buffer, whichever scratch is smaller (same rule in lower/kernels.py) */
 #define ES_I8_GEMM_KB2(K2, M) (((K2) > 64 && 64 + (M) < (K2)) ? 64 : (K2))
 #define ES_I8_GEMM_SCRATCH(K, M)                                                          \
     (64u * (unsigned)ES_I8_GEMM_KB2(((K) + 1) / 2, (M)) +                                 \
@@ -233,9 +242,44 @@ void es_conv2d_i8_gemm(const int8_t *x, const int32_t *wp, const int32_t *bias,
 /* one group, u8 x s8 dot-product GEMM (AVX-512 VNNI; plain C elsewhere); w8:
  * [ceil(M/8)][KH][KW][C4][8][4] int8 (C4 = ceil(C/4)), bias_u8 = bias - (x_zp + 128) * row
  * sums of w.
- * es_i8_dot_plan is the walk the kernel takes and es_i8_dot_scratch the scratch bytes it
- * needs; lower/int8.py dot_i8_scratch mirrors both. */
+ * es_i8_dot_plan is the walk the kernel takes and ES_I8_DOT_SCRATCH (es_i8_dot_scratch)
+ * the scratch bytes it needs, both from the ES_DOT_* macros below, which are constant
+ * expressions so that model.c can check its planned scratch at compile time;
+ * lower/kernels.py dot_i8_scratch mirrors them. */
 #define ES_DOT_MAXT 49 /* taps a direct walk keeps offsets for (7x7); more use im2col */
+#define ES_DOT_CEIL(A, B) (((A) + (B) - 1) / (B))
+/* padded input rows (or columns) the taps read */
+#define ES_DOT_PADDED(O, S, K, D) (((O) - 1) * (S) + ((K) - 1) * (D) + 1)
+/* phases per axis a direct walk would split into: the stride when both are 1 or 2 */
+#define ES_DOT_PHASES(SH, SW) ((SH) == (SW) && (SH) <= 2 ? (SH) : 0)
+#define ES_DOT_PHASES1(SH, SW) (ES_DOT_PHASES(SH, SW) ? ES_DOT_PHASES(SH, SW) : 1)
+#define ES_DOT_DIRECT(OH, OW, KH, KW, SH, SW, DW)                                          \
+    (ES_DOT_PHASES(SH, SW) > 0 && (KH) * (KW) <= ES_DOT_MAXT &&                            \
+     4 * ES_DOT_CEIL(((OH) - 1) * ES_DOT_CEIL(ES_DOT_PADDED(OW, SW, KW, DW),                \
+                                              ES_DOT_PHASES1(SH, SW)) + (OW), 16) <=        \
+         5 * ES_DOT_CEIL((OH) * (OW), 16))
+/* phases per axis of the walk taken: 1 unless direct */
+#define ES_DOT_S(OH, OW, KH, KW, SH, SW, DW)                                               \
+    (ES_DOT_DIRECT(OH, OW, KH, KW, SH, SW, DW) ? ES_DOT_PHASES1(SH, SW) : 1)
+/* taps per im2col block: all, unless the fewest that fill 32 words plus the partials are
+ * the smaller */
+#define ES_DOT_TB(C4, T) (ES_DOT_CEIL(32, C4) < (T) ? ES_DOT_CEIL(32, C4) : (T))
+#define ES_DOT_KT(C4, M, T, DIRECT)                                                         \
+    (!(DIRECT) && ES_DOT_TB(C4, T) * (C4) + (M) < (T) * (C4) ? ES_DOT_TB(C4, T) : (T))
+/* the im2col block and partial sums (im2col walk only), then the padded input as C4 quad
+ * planes of S*S phases of Hq*Wq 32-bit words, then 64 bytes that a direct tile's unused
+ * lanes may read (neither with XQ, x_quads: x is those planes), then (S == 2) one padded
+ * row of Wp words to split into phases */
+#define ES_I8_DOT_SCRATCH(C, M, OH, OW, KH, KW, SH, SW, DH, DW, XQ)                          \
+    ES_I8_DOT_SCRATCH_(ES_DOT_CEIL(C, 4), M, (KH) * (KW), ES_DOT_PADDED(OH, SH, KH, DH),      \
+                       ES_DOT_PADDED(OW, SW, KW, DW), ES_DOT_S(OH, OW, KH, KW, SH, SW, DW),   \
+                       ES_DOT_DIRECT(OH, OW, KH, KW, SH, SW, DW), XQ)
+#define ES_I8_DOT_SCRATCH_(C4, M, T, HP, WP, S, DIRECT, XQ)                                  \
+    (((XQ) ? (size_t)0 : 4u * (size_t)(S) * (S) * ES_DOT_CEIL(HP, S) * ES_DOT_CEIL(WP, S) *  \
+                             (C4) + 64u) +                                                  \
+     ((S) > 1 ? 4u * (size_t)(WP) : 0u) +                                                   \
+     (!(DIRECT) ? 64u * (size_t)ES_DOT_KT(C4, M, T, DIRECT) * (C4) : 0u) +                  \
+     (ES_DOT_KT(C4, M, T, DIRECT) < (T) ? 64u * (size_t)(M) : 0u))
 typedef struct {
     int Hp, Wp;  /* padded input rows and columns */
     int S;       /* phases per axis: a direct stride-2 walk splits every quad plane into its
@@ -251,49 +295,34 @@ typedef struct {
 
 static inline es_dot_plan es_i8_dot_plan(const es_conv_params *p) {
     es_dot_plan d;
-    const int s = p->SH == p->SW && p->SH <= 2 ? p->SH : 0;
-    int tb;
-    d.Hp = (p->OH - 1) * p->SH + (p->KH - 1) * p->DH + 1;
-    d.Wp = (p->OW - 1) * p->SW + (p->KW - 1) * p->DW + 1;
-    d.C4 = (p->C + 3) / 4;
+    d.Hp = ES_DOT_PADDED(p->OH, p->SH, p->KH, p->DH);
+    d.Wp = ES_DOT_PADDED(p->OW, p->SW, p->KW, p->DW);
+    d.C4 = ES_DOT_CEIL(p->C, 4);
     d.T = p->KH * p->KW;
-    d.S = s ? s : 1;
-    d.Hq = (d.Hp + d.S - 1) / d.S;
-    d.Wq = (d.Wp + d.S - 1) / d.S;
-    d.direct = s > 0 && d.T <= ES_DOT_MAXT &&
-               4 * (((p->OH - 1) * d.Wq + p->OW + 15) / 16) <= 5 * ((p->OH * p->OW + 15) / 16);
-    if (!d.direct) { /* im2col reads plain planes */
-        d.S = 1;
-        d.Hq = d.Hp;
-        d.Wq = d.Wp;
-    }
-    tb = (32 + d.C4 - 1) / d.C4 < d.T ? (32 + d.C4 - 1) / d.C4 : d.T;
-    d.KT = !d.direct && tb * d.C4 + p->M < d.T * d.C4 ? tb : d.T;
+    d.direct = ES_DOT_DIRECT(p->OH, p->OW, p->KH, p->KW, p->SH, p->SW, p->DW);
+    d.S = ES_DOT_S(p->OH, p->OW, p->KH, p->KW, p->SH, p->SW, p->DW);
+    d.Hq = ES_DOT_CEIL(d.Hp, d.S); /* im2col reads plain planes: S = 1 */
+    d.Wq = ES_DOT_CEIL(d.Wp, d.S);
+    d.KT = ES_DOT_KT(d.C4, p->M, d.T, d.direct);
     return d;
 }
 
-/* the im2col block and partial sums (im2col walk only), then the padded input as C4 quad
- * planes of S*S phases of Hq*Wq 32-bit words, then 64 bytes that a direct tile's unused
- * lanes may read (neither with x_quads: x is those planes), then (S == 2) one padded row of
- * Wp words to split into phases */
 static inline size_t es_i8_dot_scratch(const es_conv_params *p) {
-    const es_dot_plan d = es_i8_dot_plan(p);
-    size_t n = p->x_quads ? 0u : 4u * (size_t)d.S * d.S * d.Hq * d.Wq * d.C4 + 64u;
-    if (d.S > 1) n += 4u * (size_t)d.Wp;
-    if (!d.direct) n += 64u * (size_t)d.KT * (size_t)d.C4;
-    if (d.KT < d.T) n += 64u * (size_t)p->M;
-    return n;
+    return ES_I8_DOT_SCRATCH(p->C, p->M, p->OH, p->OW, p->KH, p->KW, p->SH, p->SW, p->DH,
+                             p->DW, p->x_quads);
 }
 void es_conv2d_i8_dot(const int8_t *x, const int8_t *w8, const int32_t *bias_u8,
                       const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
                       const es_conv_params *p);
 /* one group, output channels in the vector lanes (kernels/conv_int8_cl.c), for small output
  * planes; wc: [ceil(M/16)][KH][KW][C4][16][4] int8, bias_u8 as for es_conv2d_i8_dot.
- * Scratch: the padded input as HWC uint8 quads (lower/int8.py cl_i8_scratch mirrors it). */
+ * Scratch: the padded input as HWC uint8 quads (lower/kernels.py cl_i8_scratch mirrors it). */
+#define ES_I8_CL_SCRATCH(C, M, OH, OW, KH, KW, SH, SW, DH, DW)                               \
+    (4u * (size_t)ES_DOT_PADDED(OH, SH, KH, DH) * (size_t)ES_DOT_PADDED(OW, SW, KW, DW) *       \
+     (size_t)ES_DOT_CEIL(C, 4))
 static inline size_t es_i8_cl_scratch(const es_conv_params *p) {
-    const size_t hp = (size_t)(p->OH - 1) * p->SH + (size_t)(p->KH - 1) * p->DH + 1;
-    const size_t wp = (size_t)(p->OW - 1) * p->SW + (size_t)(p->KW - 1) * p->DW + 1;
-    return 4u * hp * wp * (size_t)((p->C + 3) / 4);
+    return ES_I8_CL_SCRATCH(p->C, p->M, p->OH, p->OW, p->KH, p->KW, p->SH, p->SW, p->DH,
+                            p->DW);
 }
 void es_conv2d_i8_cl(const int8_t *x, const int8_t *wc, const int32_t *bias_u8,
                      const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
@@ -349,7 +378,7 @@ void es_global_avgpool_i8(const int8_t *x, int8_t *y, int C, int HW, int x_zp, i
  * rounds twice (a doubling high multiply, then a rounding shift) and lands 1 LSB off the
  * exactly rounded value on ~0.1-0.5% of outputs; across 28 layers of MobileNetV2 that drift
  * left only 21% of outputs within 1 LSB of onnxruntime, whose integer kernels round once.
- * Needs mult >= 0 and shift in [-31, 30] (lower.int8.quantize_multiplier guarantees both). */
+ * Needs mult >= 0 and shift in [-31, 30] (lower.requant.quantize_multiplier guarantees both). */
 static inline int32_t es_mul_q(int32_t x, int32_t mult, int32_t shift) {
     const int total = 31 - shift;
     int64_t v = (int64_t)x * (int64_t)mult + ((int64_t)1 << (total - 1));
@@ -381,7 +410,7 @@ static inline int8_t es_sat8(int32_t v, int32_t lo, int32_t hi) {
 #define ES_RQ_FP32 1
 
 /* the float32 mult * 2^(shift - 31), for mult = significand * 2^31 with the significand in
- * [1/2, 1) and 24 bits, and shift + 126 in [1, 254] (lower.int8.fp32_multiplier) */
+ * [1/2, 1) and 24 bits, and shift + 126 in [1, 254] (lower.requant.fp32_multiplier) */
 static inline float es_rq_scale(int32_t mult, int32_t shift) {
     const uint32_t bits = ((uint32_t)(shift + 126) << 23) | (((uint32_t)mult >> 7) & 0x7fffffu);
     float f;

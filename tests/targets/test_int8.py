@@ -25,7 +25,7 @@ def test_digits_int8_within_one_lsb_of_onnxruntime(digits_c_int8, digits_qdq, di
 
 
 def test_int8_model_uses_integer_kernels(digits_c_int8):
-    body = (digits_c_int8 / "model.c").read_text().split("static void run_step")[1]
+    body = (digits_c_int8 / "model.c").read_text().split("void es_run_step(")[1]
     for fn in ("es_conv2d_i8_gemm", "es_dwconv2d_i8_hwc", "es_add_i8", "es_fc_i8",
                "es_global_avgpool_i8"):
         assert fn in body
@@ -112,7 +112,7 @@ def test_uint8_activation_qdq_lowers_to_integer_kernels_bit_exactly(work, digits
     m = onnx.load(str(src))
     assert any(i.data_type == onnx.TensorProto.UINT8 for i in m.graph.initializer)
     out = generate(src, work / "digits_c_u8", precision="int8")
-    body = (out / "model.c").read_text().split("static void run_step")[1]
+    body = (out / "model.c").read_text().split("void es_run_step(")[1]
     assert "es_conv2d_i8" in body and "es_conv2d_f32" not in body
     x = digits_splits.val_x[:128]
     y, ref = run.run(out, x), ort_run(src, x)
@@ -169,7 +169,7 @@ def test_vnni_dot_kernel_model_is_bit_identical_to_the_default_kernels(model, wo
     qdq = request.getfixturevalue("digits_qdq" if model == "digits" else "mnv2_qdq")
     base = generate(qdq, work / f"{model}_base", precision="int8")
     dot = generate(qdq, work / f"{model}_dot", precision="int8", cflags=VNNI_FLAGS)
-    body = (dot / "model.c").read_text().split("static void run_step")[1]
+    body = (dot / "model.c").read_text().split("void es_run_step(")[1]
     assert "es_conv2d_i8_dot" in body and "es_conv2d_i8_gemm" not in body
     assert "es_conv2d_i8_cl" in body
     assert "es_conv2d_i8_dot" not in (base / "model.c").read_text()

@@ -139,7 +139,7 @@ KERNEL = {"Add": "es_add_i8", "Sub": "es_add_i8", "Mul": "es_mul_i8"}
 
 
 def _step_body(folder: Path) -> str:
-    return (folder / "model.c").read_text().split("static void run_step")[1]
+    return (folder / "model.c").read_text().split("void es_run_step(")[1]
 
 
 def _agreement(y: np.ndarray, ref: np.ndarray, lsb: float) -> tuple[float, float, float]:

@@ -126,7 +126,7 @@ def test_each_int8_layer_within_one_lsb_of_onnxruntime_on_its_own_input(ort_int8
     path = work / f"layer_{list(LAYERS).index(out_name)}.onnx"
     onnx.save(sub, str(path))
     folder = generate(path, work / path.stem, precision="int8")
-    body = (folder / "model.c").read_text().split("static void run_step")[1]
+    body = (folder / "model.c").read_text().split("void es_run_step(")[1]
     kernels = {k for k in re.findall(r"\b(es_\w+)\(", body) if "i8" in k or "f32" in k}
     kernels -= {"es_quantize_f32_i8", "es_dequantize_i8_f32"}  # the boundary Q / DQ
     assert kernels and all("f32" not in k for k in kernels), kernels  # integer kernels only

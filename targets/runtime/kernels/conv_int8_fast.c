@@ -6,11 +6,10 @@
  * product with an int8 weight fits int16 and the sum int32), then four output channels
  * share each input row load; the inner loops are unit-stride and vectorise at -O3.
  *
- * es_pointwise_i8: 1x1, stride 1, no padding, one group: a GEMM Y[M][P] = W[M][C] X[C][P]
- * without im2col. Weights are pre-packed at generation time as int16 pairs
- * (w[m][c], w[m][c+1]) in one int32, so AVX2 multiplies two channels per instruction with
- * _mm256_madd_epi16; NEON uses widening multiply-accumulate; the portable loop is the
- * fallback. Scratch (from the arena): int16 input copy, then int32 accumulators. */
+ * Scratch (from the arena, ES_I8_FAST_SCRATCH): four int32 accumulator planes, then the
+ * int16 input copy.
+ *
+ * es_conv2d_i8_gemm (below): one-group convs as im2col + a register-blocked GEMM. */
 #include <string.h>
 
 #include "../edgesmith_rt.h"
@@ -106,69 +105,6 @@ void es_conv2d_i8_fast(const int8_t *x, const int8_t *w, const int32_t *bias,
         for (j = 0; j < nb; ++j)
             requant_plane(acc + (size_t)j * plane, y + (size_t)(m0 + j) * plane, plane,
                           mult[m0 + j], shift[m0 + j], p);
-    }
-}
-
-/* wp: [M][(C+1)/2] int32, each the int16 pair (w[m][2k], w[m][2k+1]) (low half first). */
-void es_pointwise_i8(const int8_t *x, const int32_t *wp, const int32_t *bias,
-                     const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
-                     const es_conv_params *p) {
-    const int C = p->C, M = p->M, P = p->OH * p->OW, C2 = (C + 1) / 2;
-    int16_t *xs = (int16_t *)scratch; /* [C2*2][P], a zero row when C is odd */
-    int32_t *acc = scratch + (size_t)C2 * P; /* [P] */
-    int m, c, i;
-    widen(x, xs, C * P, p->x_zp);
-    if (C & 1)
-        for (i = 0; i < P; ++i) xs[(size_t)C * P + i] = 0;
-    for (m = 0; m < M; ++m) {
-        const int32_t *wm = wp + (size_t)m * C2;
-        i = 0;
-#if defined(__AVX2__)
-        for (; i + 16 <= P; i += 16) {
-            __m256i s0 = _mm256_set1_epi32(bias[m]), s1 = s0;
-            for (c = 0; c < C2; ++c) {
-                const __m256i a =
-                    _mm256_loadu_si256((const __m256i *)(xs + (size_t)2 * c * P + i));
-                const __m256i b = _mm256_loadu_si256(
-                    (const __m256i *)(xs + (size_t)(2 * c + 1) * P + i));
-                const __m256i wv = _mm256_set1_epi32(wm[c]);
-                s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), wv));
-                s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), wv));
-            }
-            /* unpack works per 128-bit lane: s0 = [0..3, 8..11], s1 = [4..7, 12..15] */
-            _mm256_storeu_si256((__m256i *)(acc + i), _mm256_permute2x128_si256(s0, s1, 0x20));
-            _mm256_storeu_si256((__m256i *)(acc + i + 8),
-                                _mm256_permute2x128_si256(s0, s1, 0x31));
-        }
-#elif defined(__ARM_NEON)
-        for (; i + 8 <= P; i += 8) {
-            int32x4_t s0 = vdupq_n_s32(bias[m]), s1 = s0;
-            for (c = 0; c < C2; ++c) {
-                const int16x8_t a = vld1q_s16(xs + (size_t)2 * c * P + i);
-                const int16x8_t b = vld1q_s16(xs + (size_t)(2 * c + 1) * P + i);
-                const int16_t w0 = (int16_t)(wm[c] & 0xffff);
-                const int16_t w1 = (int16_t)((uint32_t)wm[c] >> 16);
-                s0 = vmlal_n_s16(s0, vget_low_s16(a), w0);
-                s1 = vmlal_n_s16(s1, vget_high_s16(a), w0);
-                s0 = vmlal_n_s16(s0, vget_low_s16(b), w1);
-                s1 = vmlal_n_s16(s1, vget_high_s16(b), w1);
-            }
-            vst1q_s32(acc + i, s0);
-            vst1q_s32(acc + i + 4, s1);
-        }
-#endif
-        {
-            const int rest = i;
-            int k;
-            for (k = rest; k < P; ++k) acc[k] = bias[m];
-            for (c = 0; c < C2; ++c) {
-                const int16_t *a = xs + (size_t)2 * c * P, *b = a + P;
-                const int32_t w0 = (int16_t)(wm[c] & 0xffff);
-                const int32_t w1 = (int16_t)((uint32_t)wm[c] >> 16);
-                for (k = rest; k < P; ++k) acc[k] += w0 * a[k] + w1 * b[k];
-            }
-        }
-        requant_plane(acc, y + (size_t)m * P, P, mult[m], shift[m], p);
     }
 }
 

@@ -1,0 +1,101 @@
+/* edgesmith C runtime: the model API (model.h), the same for every model.
+ *
+ * Copied unchanged into every generated folder. What differs between models lives in the
+ * generated model.c: the sizes (model.h's ES_* macros), the memory plan as data
+ * (es_input_offsets / es_output_offsets, es_tensors) and es_run_step, one case per
+ * step. This file only checks arguments, binds the arena and the weights, copies inputs
+ * and outputs, and walks the steps, resumably, with the hooks around each. */
+#include <string.h>
+
+#include "model.h"
+
+#if ES_WEIGHTS_EMBEDDED
+extern const unsigned char es_weights_blob[];
+#endif
+
+int es_init(es_model *m, void *arena, size_t arena_size, const char *weights_path) {
+    int rc = ES_OK;
+    if (!m || !arena) return ES_ERR_ARG;
+    memset(m, 0, sizeof *m);
+    if (arena_size < ES_ARENA_BYTES) return ES_ERR_ARENA_SMALL;
+    if ((uintptr_t)arena % ES_ARENA_ALIGN)
+        return ES_ERR_ARENA_ALIGN;
+#if ES_WEIGHTS_EMBEDDED
+    m->weights.payload = es_weights_blob;
+    m->weights.payload_size = ES_WEIGHTS_BYTES;
+    m->weights.map_base = NULL;
+    m->weights.map_size = 0;
+    (void)weights_path;
+#else
+    rc = es_weights_open(weights_path ? weights_path : "weights.bin", ES_MODEL_ID,
+                         ES_WEIGHTS_COUNT, ES_WEIGHTS_BYTES, &m->weights);
+    if (rc != ES_OK) return rc;
+#endif
+    m->arena = (unsigned char *)arena;
+    m->arena_size = arena_size;
+    m->next_step = 0;
+    m->ready = 1;
+    return rc;
+}
+
+void es_deinit(es_model *m) {
+    if (!m) return;
+#if !ES_WEIGHTS_EMBEDDED
+    es_weights_close(&m->weights);
+#endif
+    m->ready = 0;
+}
+
+int es_input(es_model *m, int index, const void *data, size_t nbytes) {
+    if (!m || !m->ready) return ES_ERR_NOT_INIT;
+    if (index < 0 || index >= ES_NUM_INPUTS || !data) return ES_ERR_ARG;
+    if (nbytes != es_input_bytes[index]) return ES_ERR_SIZE;
+    memcpy(m->arena + es_input_offsets[index], data, nbytes);
+    return ES_OK;
+}
+
+void *es_input_ptr(es_model *m, int index) {
+    if (!m || !m->ready || index < 0 || index >= ES_NUM_INPUTS) return NULL;
+    return m->arena + es_input_offsets[index];
+}
+
+int es_output(const es_model *m, int index, void *data, size_t nbytes) {
+    if (!m || !m->ready) return ES_ERR_NOT_INIT;
+    if (index < 0 || index >= ES_NUM_OUTPUTS || !data) return ES_ERR_ARG;
+    if (nbytes != es_output_bytes[index]) return ES_ERR_SIZE;
+    memcpy(data, m->arena + es_output_offsets[index], nbytes);
+    return ES_OK;
+}
+
+const void *es_output_ptr(const es_model *m, int index) {
+    if (!m || !m->ready || index < 0 || index >= ES_NUM_OUTPUTS) return NULL;
+    return m->arena + es_output_offsets[index];
+}
+
+int es_run_slice(es_model *m, int max_steps, const es_hooks *hooks) {
+    int n;
+    if (!m || !m->ready) return ES_ERR_NOT_INIT;
+    if (max_steps <= 0) return ES_ERR_ARG;
+    for (n = 0; n < max_steps && m->next_step < ES_NUM_STEPS; ++n) {
+        const int i = m->next_step;
+        uint64_t t0 = 0;
+        if (hooks && hooks->before_step)
+            hooks->before_step(hooks->user, i, es_step_ops[i], es_step_names[i]);
+        if (hooks && hooks->after_step) t0 = es_now_ns();
+        es_run_step(m, i);
+        if (hooks && hooks->after_step)
+            hooks->after_step(hooks->user, i, es_step_ops[i], es_step_names[i], es_now_ns() - t0);
+        m->next_step = i + 1;
+    }
+    if (m->next_step >= ES_NUM_STEPS) {
+        m->next_step = 0;
+        return ES_OK;
+    }
+    return ES_MORE;
+}
+
+int es_run(es_model *m, const es_hooks *hooks) {
+    if (!m || !m->ready) return ES_ERR_NOT_INIT;
+    m->next_step = 0;
+    return es_run_slice(m, ES_NUM_STEPS > 0 ? ES_NUM_STEPS : 1, hooks);
+}
