@@ -30,10 +30,11 @@ from typing import Any
 
 from edgesmith import outdir
 from edgesmith.artifact import sha256_path, write_json_atomic
-from edgesmith.errors import BudgetError, DeviceError, EdgesmithError, UsageError
+from edgesmith.errors import BudgetError, DeviceError, EdgesmithError, ProfileError, UsageError
 from edgesmith.profiles.schema import Profile, Ssh
 
 from . import interrupt
+from . import ssh as ssh_mod
 from .transport import LocalTransport, SshTransport, Transport
 
 REMOTE_SCRIPT = Path(__file__).with_name("remote.py")
@@ -633,6 +634,19 @@ class BenchRun:
             )
 
 
+def check_devices(devices: list[Device]) -> None:
+    """Each device's names, key file and known_hosts, before any device is contacted: a
+    mistake there is the user's input (exit 2), found once, not a device failure (exit 5)."""
+    for device in devices:
+        if device.ssh is None:
+            continue
+        try:
+            ssh_mod.check_local_inputs(device.ssh)
+        except ProfileError as e:
+            raise ProfileError(f"device {device.name}: {e.what}", where=e.where,
+                               fix=e.fix) from None
+
+
 async def bench_devices(build: Build, devices: list[Device], *, runs: int, warmup: int,
                         keep: bool, concurrency: int, events: BenchEvents,
                         connect_attempts: int | None = None,
@@ -699,6 +713,7 @@ def bench(build_dir: Path, devices: list[Device], *, runs: int = DEFAULT_RUNS,
                              fix="quote it like a shell command line") from None
     events = events or BenchEvents()
     require_build(Path(build_dir))
+    check_devices(devices)
     # the lock `edgesmith build` takes: no rebuild can swap the artifacts (and manifest)
     # between reading them here and merging their results
     with outdir.lock(Path(build_dir), on_wait=events.warn):

@@ -61,8 +61,11 @@ def _ssh(block: dict[str, Any], where: str, base: Path | None) -> Ssh:
     except ValidationError as e:
         err = e.errors()[0]
         key = ".".join(str(p) for p in err["loc"])
-        raise ProfileError(f"ssh.{key}: {err['msg']} (got {err.get('input')!r})", where=where,
-                           fix=f"ssh keys: {', '.join(Ssh.model_fields)}") from None
+        msg = err["msg"].removeprefix("Value error, ")
+        fix = (f"ssh keys: {', '.join(Ssh.model_fields)}" if err["type"] == "extra_forbidden"
+               else f"correct ssh.{key} (the README's 'Device profiles' shows an ssh: block)")
+        raise ProfileError(f"ssh.{key}: {msg} (got {err.get('input')!r})", where=where,
+                           fix=fix) from None
 
 
 def _from_profile(ref: str, base: Path | None, where: str) -> Profile:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import re
 import secrets
 import shlex
 import time
@@ -28,8 +27,8 @@ from pathlib import Path, PurePosixPath
 
 import asyncssh
 
-from edgesmith.errors import DeviceError
-from edgesmith.profiles.schema import Ssh
+from edgesmith.errors import DeviceError, ProfileError
+from edgesmith.profiles.schema import Ssh, check_ssh_host, check_ssh_user
 
 CONNECT_ATTEMPTS = 3
 BACKOFF_S = 0.5
@@ -117,20 +116,67 @@ def _host_key_error(ssh: Ssh, policy: _HostKeyPolicy) -> DeviceError:
 
 
 def _client_keys(ssh: Ssh) -> list[str] | None:
+    """The identity file as a key list, or a ProfileError (exit 2): a missing key file is
+    the user's input, not the device's fault."""
     if ssh.identity is None:
         return None
     path = Path(ssh.identity).expanduser()
     if not path.is_file():
-        raise DeviceError(f"identity file {path} does not exist", where=describe(ssh),
-                          fix="fix ssh.identity in the profile, or remove it to use the agent")
+        what = "is a directory" if path.is_dir() else "does not exist"
+        raise ProfileError(f"identity file {path} {what} (device {describe(ssh)})",
+                           where="ssh.identity",
+                           fix="point ssh.identity (or --identity) at a private key file, or "
+                               "remove it to use ssh-agent and ~/.ssh keys")
     return [str(path)]
 
 
-def _connect_kwargs(ssh: Ssh, policy: _HostKeyPolicy, config: Sequence[str] | None) -> dict:
+def _known_hosts_error(known: Path, what: str, line: int | None = None) -> ProfileError:
+    return ProfileError(
+        f"known_hosts {what}", where=f"{known}:{line}" if line else str(known),
+        fix="point ssh.known_hosts (or --known-hosts) at a known_hosts file"
+            + (f"; fix or delete line {line} (`ssh-keygen -R HOST -f {shlex.quote(str(known))}`"
+               " removes a host's lines)" if line else ""))
+
+
+def load_known_hosts(ssh: Ssh) -> asyncssh.SSHKnownHosts:
+    """The trusted host keys; a ProfileError (exit 2) naming the file, and the line, when
+    the file is a directory, unreadable or malformed."""
     known = known_hosts_path(ssh)
-    text = known.read_text(encoding="utf-8", errors="replace") if known.exists() else ""
+    if known.is_dir():
+        raise _known_hosts_error(known, "is a directory, not a file")
+    try:
+        text = known.read_text(encoding="utf-8", errors="replace") if known.exists() else ""
+    except OSError as e:
+        raise _known_hosts_error(known, f"cannot be read: {e.strerror or e}") from None
+    try:
+        return asyncssh.import_known_hosts(text)
+    except ValueError as e:
+        line = _bad_line(text)
+        what = f"line {line} is malformed: {e}" if line else f"is malformed: {e}"
+        raise _known_hosts_error(known, what, line) from None
+
+
+def _bad_line(text: str) -> int | None:
+    """The 1-based number of the first line asyncssh cannot read on its own."""
+    for number, line in enumerate(text.splitlines(), 1):
+        try:
+            asyncssh.import_known_hosts(line)
+        except ValueError:
+            return number
+    return None
+
+
+def check_local_inputs(ssh: Ssh) -> None:
+    """Everything of the ``ssh:`` block this machine can check before connecting: names,
+    the identity file, known_hosts. Each failure is the user's to fix (exit 2)."""
+    check_names(ssh)
+    _client_keys(ssh)
+    load_known_hosts(ssh)
+
+
+def _connect_kwargs(ssh: Ssh, policy: _HostKeyPolicy, config: Sequence[str] | None) -> dict:
     kwargs: dict = {
-        "known_hosts": asyncssh.import_known_hosts(text),
+        "known_hosts": load_known_hosts(ssh),
         "client_factory": lambda: policy,
         "connect_timeout": ssh.connect_timeout_s,
         "login_timeout": ssh.connect_timeout_s,
@@ -149,23 +195,17 @@ def _connect_kwargs(ssh: Ssh, policy: _HostKeyPolicy, config: Sequence[str] | No
 
 
 _RETRYABLE = (OSError, asyncio.TimeoutError, asyncssh.ConnectionLost)
-# a DNS name, an IPv4/IPv6 address (optionally [bracketed], %zone) or an ssh_config alias;
-# nothing a shell, ssh_config's %-tokens or ProxyCommand could read as more than a name
-_HOST = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*|\[?[0-9A-Fa-f:.]+(%[A-Za-z0-9_.-]+)?\]?")
-_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*\$?")
 
 
 def check_names(ssh: Ssh) -> None:
-    """Refuse a host or user that is not a plain name before anything uses it."""
-    if not _HOST.fullmatch(ssh.host) or len(ssh.host) > 253:
-        raise DeviceError(
-            f"host {ssh.host!r} is not a host name, an IP address or an ssh_config alias",
-            where="ssh.host",
-            fix="use a plain name (letters, digits, '.', '-', '_') or an address; put "
-                "anything more elaborate in ~/.ssh/config under a Host alias")
-    if ssh.user is not None and not _USER.fullmatch(ssh.user):
-        raise DeviceError(f"user {ssh.user!r} is not a plain user name", where="ssh.user",
-                          fix="use the login name only (letters, digits, '.', '-', '_')")
+    """Refuse a host or user that is not a plain name before anything uses it. The schema
+    refuses them already; this holds for an ``Ssh`` built without validation too."""
+    for field, check, value in (("host", check_ssh_host, ssh.host),
+                                ("user", check_ssh_user, ssh.user)):
+        try:
+            check(value)
+        except ValueError as e:
+            raise ProfileError(str(e), where=f"ssh.{field}") from None
 
 
 async def connect(ssh: Ssh, *, attempts: int = CONNECT_ATTEMPTS, backoff_s: float = BACKOFF_S,
@@ -174,7 +214,7 @@ async def connect(ssh: Ssh, *, attempts: int = CONNECT_ATTEMPTS, backoff_s: floa
 
     ``config`` lists ssh_config files; ``None`` means asyncssh's default (``~/.ssh/config``).
     """
-    check_names(ssh)
+    check_local_inputs(ssh)
     where = describe(ssh)
     last: BaseException | None = None
     for attempt in range(attempts):
@@ -414,4 +454,5 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-__all__ = ["RunResult", "Session", "connect", "describe", "known_hosts_path", "quote_argv"]
+__all__ = ["RunResult", "Session", "check_local_inputs", "connect", "describe",
+           "known_hosts_path", "load_known_hosts", "quote_argv"]

@@ -6,10 +6,11 @@ loudly instead of silently falling back to a default the user did not choose.
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class Strict(BaseModel):
@@ -40,6 +41,29 @@ class Device(Strict):
     os: Literal["linux", "macos", "ios", "android", "baremetal"] = "linux"
 
 
+# a DNS name, an IPv4/IPv6 address (optionally [bracketed], %zone) or an ssh_config alias;
+# nothing a shell, ssh_config's %-tokens or ProxyCommand could read as more than a name
+SSH_HOST = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*|\[?[0-9A-Fa-f:.]+(%[A-Za-z0-9_.-]+)?\]?")
+SSH_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*\$?")
+
+
+def check_ssh_host(host: str) -> str:
+    """``host`` when it is a plain name or address; a ValueError saying what to do if not."""
+    if not SSH_HOST.fullmatch(host) or len(host) > 253:
+        raise ValueError(
+            f"{host!r} is not a host name, an IP address or an ssh_config alias: use a plain "
+            "name (letters, digits, '.', '-', '_') or an address; put anything more "
+            "elaborate (ProxyCommand, options) in ~/.ssh/config under a Host alias")
+    return host
+
+
+def check_ssh_user(user: str | None) -> str | None:
+    if user is not None and not SSH_USER.fullmatch(user):
+        raise ValueError(f"{user!r} is not a plain user name: use the login name only "
+                         "(letters, digits, '.', '-', '_')")
+    return user
+
+
 class Ssh(Strict):
     host: str = Field(..., description="host name or ~/.ssh/config alias")
     user: str | None = None
@@ -51,6 +75,11 @@ class Ssh(Strict):
     connect_timeout_s: float = Field(10.0, gt=0, le=600)
     command_timeout_s: float = Field(600.0, gt=0, le=86400)
     python: str = "python3"
+
+    # refused here, so `profiles validate`, a fleet file and --host all stop it (exit 2)
+    # before anything could pass it to ssh_config parsing or a remote shell
+    _plain_host = field_validator("host")(check_ssh_host)
+    _plain_user = field_validator("user")(check_ssh_user)
 
 
 class Prune(Strict):

@@ -1,6 +1,7 @@
 """Issue 8's hostile inputs for `edgesmith bench`: a host name or a build manifest that tries
-to run a command or to write outside the work dir is refused before anything runs; names
-that are merely odd are quoted all the way to the (real) device."""
+to run a command or to write outside the work dir is refused before anything runs (exit 2:
+the user's input, issue 17); names that are merely odd are quoted all the way to the (real)
+device."""
 
 from __future__ import annotations
 
@@ -12,30 +13,42 @@ from pathlib import Path
 import pytest
 
 from edgesmith.devices.bench import Device, bench, load_build
-from edgesmith.errors import DeviceError, UsageError
+from edgesmith.errors import ProfileError, UsageError
+from edgesmith.profiles.schema import Ssh
+
+HOSTILE_HOSTS = ["127.0.0.1;touch {canary}", "$(touch {canary})", "`touch {canary}`",
+                 "127.0.0.1 -oProxyCommand=touch {canary}", "a|touch {canary}",
+                 "-oProxyCommand=touch {canary}"]
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1;touch {canary}", "$(touch {canary})",
-                                  "`touch {canary}`", "127.0.0.1 -oProxyCommand=touch {canary}",
-                                  "a|touch {canary}", "-oProxyCommand=touch {canary}"])
-def test_host_with_shell_metacharacters_is_refused_before_connecting(sshd, demo_build,
-                                                                     tmp_path, host):
+@pytest.mark.parametrize("host", HOSTILE_HOSTS)
+def test_host_with_shell_metacharacters_is_an_input_error_before_connecting(
+        cli, sshd, demo_build, tmp_path, host):
     canary = tmp_path / "pwned"
-    run = bench(demo_build, [Device("evil", ssh=sshd.ssh(host=host.format(canary=canary)))],
-                runs=1, warmup=0, connect_attempts=1)
-    d = run.devices["evil"]
-    assert d["status"] == "error" and d["error"]["type"] == "DeviceError"
-    assert "is not a host name" in d["error"]["what"]
+    r = cli("bench", demo_build, f"--host={host.format(canary=canary)}", "--port", sshd.port,
+            "--identity", sshd.identity, "--known-hosts", sshd.known_hosts)
+    assert r.code == 2, r.err
+    assert "ssh.host" in r.err and "is not a host name" in r.err and "Host alias" in r.err
+    assert "Traceback" not in r.err + r.out
     assert not canary.exists()
-    with pytest.raises(DeviceError) as e:
-        run.raise_for_status()
-    assert e.value.exit_code == 5
+    assert not (demo_build / "bench").exists()  # refused before any device work
 
 
-def test_user_with_shell_metacharacters_is_refused(sshd, demo_build, tmp_path):
-    run = bench(demo_build, [Device("u", ssh=sshd.ssh(user=f"root;touch {tmp_path}/x"))],
-                runs=1, warmup=0, connect_attempts=1)
-    assert "not a plain user name" in run.devices["u"]["error"]["what"]
+def test_an_unvalidated_hostile_host_is_still_refused_before_connecting(sshd, demo_build,
+                                                                        tmp_path):
+    # Python API users can build an Ssh without validation; the bench checks again
+    canary = tmp_path / "pwned"
+    ssh = Ssh.model_construct(**{**dict(sshd.ssh()), "host": f"-oProxyCommand=touch {canary}"})
+    with pytest.raises(ProfileError) as e:
+        bench(demo_build, [Device("evil", ssh=ssh)], runs=1, warmup=0, connect_attempts=1)
+    assert e.value.exit_code == 2 and e.value.where == "ssh.host"
+    assert "device evil" in e.value.what and not canary.exists()
+
+
+def test_user_with_shell_metacharacters_is_refused(cli, sshd, demo_build, tmp_path):
+    r = cli("bench", demo_build, "--host", "127.0.0.1", "--port", sshd.port,
+            "--user", f"root;touch {tmp_path}/x", "--identity", sshd.identity)
+    assert r.code == 2 and "ssh.user" in r.err and "not a plain user name" in r.err
     assert not (tmp_path / "x").exists()
 
 

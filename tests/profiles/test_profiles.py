@@ -150,3 +150,18 @@ def test_unknown_target_option_is_a_profile_error(cli, tmp_path):
                                         "{format: onnx, precision: fp32, options: {thread: 2}}"))
     r = cli("profiles", "validate", path)
     assert r.code == 2 and "thread" in r.err and "threads" in r.err
+
+
+@pytest.mark.parametrize("host", ["-oProxyCommand=touch /tmp/pwned", "pi;reboot", "$(id)",
+                                  "pi.local -p 2222"])
+def test_an_ssh_host_that_is_not_a_name_is_refused_at_validation(cli, tmp_path, host):
+    path = write(tmp_path, GOOD + f"ssh:\n  host: '{host}'\n")
+    r = cli("profiles", "validate", path)
+    assert r.code == 2, r.out
+    assert f"{path}:8" in r.err and "ssh.host" in r.err and "not a host name" in r.err
+
+
+def test_plain_ssh_hosts_and_users_validate(tmp_path):
+    for host in ("pi-7", "board.lan", "10.0.0.7", "[fe80::1%eth0]", "jetson_2"):
+        p = profiles.load(write(tmp_path, GOOD + f"ssh:\n  host: '{host}'\n  user: pi\n"))
+        assert p.ssh.host == host
