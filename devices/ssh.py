@@ -123,7 +123,7 @@ def _client_keys(ssh: Ssh) -> list[str] | None:
     path = Path(ssh.identity).expanduser()
     if not path.is_file():
         what = "is a directory" if path.is_dir() else "does not exist"
-        raise ProfileError(f"identity file {path} {what} (device {describe(ssh)})",
+        raise ProfileError(f"identity file {path} {what}",
                            where="ssh.identity",
                            fix="point ssh.identity (or --identity) at a private key file, or "
                                "remove it to use ssh-agent and ~/.ssh keys")
