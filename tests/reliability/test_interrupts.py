@@ -65,6 +65,59 @@ def test_killed_builds_never_leave_half_a_build(digits_ckpt, tmp_path, env):
         [".out.lock"]
 
 
+def _start_build(ckpt, out: Path, env: dict) -> subprocess.Popen:
+    """A build that has got as far as its staging folder and its scratch folder."""
+    proc = subprocess.Popen(_cmd(ckpt, out, "--force"), env=env, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not (list(out.parent.glob(f".{out.name}.tmp-*"))
+               and list(Path(env["TMPDIR"]).glob("edgesmith-work-*"))):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+        time.sleep(0.05)
+    return proc
+
+
+def _leftovers(out: Path, env: dict) -> list[str]:
+    return sorted([p.name for p in out.parent.glob(f".{out.name}.tmp-*")]
+                  + [p.name for p in Path(env["TMPDIR"]).glob("edgesmith-work-*")])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_stop_signal_says_interrupted_and_removes_what_it_staged(digits_ckpt, tmp_path, env,
+                                                                 sig):
+    """SIGINT used to exit 130 silently (typer swallows KeyboardInterrupt); SIGTERM, what
+    CI runners and `timeout` send, killed at once and left the staging folder and the
+    scratch folder behind."""
+    env = {**env, "TMPDIR": str(tmp_path / "scratch")}
+    (tmp_path / "scratch").mkdir()
+    out = tmp_path / "out"
+    proc = _start_build(digits_ckpt, out, env)
+    proc.send_signal(sig)
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 128 + sig, err[-2000:]
+    assert f"interrupted ({sig.name})" in err and "Traceback" not in err
+    assert _leftovers(out, env) == []
+    assert not out.exists()  # nothing was published
+
+
+@pytest.mark.slow
+def test_next_build_sweeps_what_a_killed_build_left(digits_ckpt, tmp_path, env):
+    """SIGKILL runs no cleanup: the next build removes the staging folder (under the
+    folder's lock) and the scratch folder (its owner lock is free)."""
+    env = {**env, "TMPDIR": str(tmp_path / "scratch")}
+    (tmp_path / "scratch").mkdir()
+    out = tmp_path / "out"
+    proc = _start_build(digits_ckpt, out, env)
+    proc.kill()
+    proc.wait(timeout=60)
+    left = _leftovers(out, env)
+    assert len(left) == 2, left
+    subprocess.run(_cmd(digits_ckpt, out), env=env, check=True, capture_output=True)
+    _assert_complete_build(out)
+    assert _leftovers(out, env) == []
+
+
 def test_interrupted_swap_is_recovered(digits_ckpt, tmp_path):
     """A kill between the two renames of publish() leaves DIR missing and DIR.old present;
     the next build must put the old one back before anything else."""
