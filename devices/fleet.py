@@ -135,6 +135,8 @@ def resolve_devices(*, local: bool = False, device: str | None = None, host: str
             "choose exactly one of --local, --device/--host, --fleet"
             + (f" (got {', '.join(chosen)})" if chosen else ""),
             fix="e.g. `edgesmith bench build/host --local` or `--host pi.local`")
+    if host is not None and "@" in host and user is None:  # ssh's own USER@HOST form
+        user, host = host.rsplit("@", 1)
     overrides = {k: v for k, v in (("host", host), ("port", port), ("user", user),
                                    ("identity", identity), ("python", python),
                                    ("known_hosts", known_hosts)) if v is not None}

@@ -64,3 +64,12 @@ def test_a_good_known_hosts_with_comments_still_connects(cli, sshd, demo_build, 
     known.write_text(f"# boards\n\n{sshd.known_hosts_line}\n")
     r = _bench(cli, sshd, demo_build, **{"--known-hosts": known, "--python": "/no/python"})
     assert r.code == 5 and "did not run with '/no/python'" in r.err  # it got connected
+
+
+def test_host_takes_ssh_s_user_at_host_form(cli, sshd, demo_build):
+    # the README's `--host pi@raspberrypi.local`: the user part is the login, not the name
+    r = cli("bench", demo_build, "--host", f"{sshd.user}@127.0.0.1", "--port", sshd.port,
+            "--identity", sshd.identity, "--known-hosts", sshd.known_hosts,
+            "--python", "/no/python")
+    assert r.code == 5 and "did not run with '/no/python'" in r.err  # logged in, then stopped
+    assert (demo_build / "bench" / f"127.0.0.1-{sshd.port}.json").is_file()
