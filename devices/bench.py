@@ -712,6 +712,7 @@ def bench(build_dir: Path, devices: list[Device], *, runs: int = DEFAULT_RUNS,
             raise UsageError(f"--exec-wrapper {exec_wrapper!r}: {e}",
                              fix="quote it like a shell command line") from None
     events = events or BenchEvents()
+    outdir.recover(Path(build_dir))  # a publish a kill cut short: put it right first
     require_build(Path(build_dir))
     check_devices(devices)
     # the lock `edgesmith build` takes: no rebuild can swap the artifacts (and manifest)

@@ -148,11 +148,10 @@ def recover(out: Path) -> None:
     """For readers (``bench``) that may reach DIR before the next build does: put right a
     publish that a kill cut short. A no-op while someone holds the lock (they will)."""
     out = _resolve(Path(out))
-    path = _lock_path(out)
-    try:
-        f = path.open("a+")
+    try:  # no O_CREAT: a folder no build ever locked has nothing to recover, and a typo'd
+        f = os.fdopen(os.open(_lock_path(out), os.O_RDWR), "r+")  # path gets no lock file
     except OSError:
-        return  # no parent, or read-only: nothing of ours can be half-done there
+        return
     with f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)

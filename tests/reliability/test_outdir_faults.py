@@ -195,6 +195,29 @@ def test_sigterm_during_a_publish_waits_for_the_publish_to_finish(tmp_path, moun
     assert _whole_build(out) == "new"
 
 
+@pytest.mark.slow
+def test_bench_after_a_publish_cut_short_finds_the_previous_build(digits_ckpt, tmp_path,
+                                                                  mount):
+    """A kill mid-publish used to leave `bench` saying "not a build folder" until the next
+    build; bench now puts the folder right first (``outdir.recover``)."""
+    src = tmp_path / "volume"
+    src.mkdir()
+    out = mount("--bind", str(src), target=tmp_path / "out")
+    r = _build(digits_ckpt, out, "-t", "onnx:fp32")
+    assert r.returncode == 0, r.stderr[-2000:]
+    cut = _publish_cut(out, 1, "kill")  # killed once manifest.json had left
+    assert cut.returncode == 9 and not (out / "manifest.json").exists(), cut.stderr
+    b = subprocess.run([EDGESMITH, "bench", str(out), "--local", "--runs", "2", "--warmup",
+                        "0", "--json"], capture_output=True, text=True, timeout=300)
+    assert b.returncode == 0, b.stderr[-2000:]
+    assert json.loads((out / "manifest.json").read_text())["targets"][0]["name"] == "onnx-fp32"
+
+
+def test_recover_leaves_no_lock_file_where_no_build_ever_ran(tmp_path):
+    outdir.recover(tmp_path / "typo")
+    assert list(tmp_path.iterdir()) == []
+
+
 # --- item 4: unwritable, full, read-only ------------------------------------------------------
 
 def test_full_disk_is_refused_before_any_work(digits_ckpt, tmp_path, mount):
