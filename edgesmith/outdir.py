@@ -48,8 +48,7 @@ FLOOR_BYTES = 16 * MIB
 PER_TARGET_FACTOR = 4
 LOW_SPACE_BYTES = 4 * MIB  # less than this left when a step fails: the disk is why
 DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
-DISK_FIX = ("free space there (`df -h`) or write elsewhere (--out, TMPDIR, EDGESMITH_CACHE), "
-            "then build again; nothing was published, the previous build is untouched")
+KEPT = "nothing was published, the previous build is untouched"
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 
@@ -99,9 +98,22 @@ def _check_target(out: Path) -> None:
 def _cannot_write(out: Path, e: OSError) -> UsageError:
     """One message for an output path we cannot use: the user's path, the file, why."""
     name = f" {e.filename}" if e.filename else ""
-    fix = DISK_FIX if disk_fault(e) is not None else (
-        "choose an --out on a writable filesystem (not /proc or /sys), in a folder you may write")
+    fault = disk_fault(e)
+    if fault is not None:
+        fix = disk_fix(fault)
+    elif e.errno in (errno.EEXIST, errno.ENOTDIR):
+        fix = "a part of that path is a file, not a folder: choose another --out"
+    else:
+        fix = ("choose an --out on a writable filesystem (not /proc or /sys), in a folder "
+               "you may write")
     return UsageError(f"cannot write{name}: {e.strerror or e}", where=str(out), fix=fix)
+
+
+def disk_fix(fault: OSError) -> str:
+    if fault.errno == errno.EROFS:
+        return f"that filesystem is mounted read-only: write elsewhere (--out, TMPDIR); {KEPT}"
+    return (f"free space there (`df -h`) or write elsewhere (--out, TMPDIR, EDGESMITH_CACHE), "
+            f"then build again; {KEPT}")
 
 
 # --- locking and recovery ------------------------------------------------------------------
@@ -313,13 +325,13 @@ def _exchange(a: Path, b: Path) -> bool:
 
 
 def _publish_error(out: Path, e: OSError) -> UsageError:
-    kept = "nothing was published, the previous build is untouched"
     if e.errno in (errno.EBUSY, errno.EXDEV):
         return UsageError(f"cannot replace {out}: {e.strerror} (a mount point not listed in "
                           "/proc/self/mountinfo?)", where=str(out),
-                          fix=f"pass a folder inside the mount as --out; {kept}")
+                          fix=f"pass a folder inside the mount as --out; {KEPT}")
     name = f" {e.filename}" if e.filename else ""
-    fix = DISK_FIX if disk_fault(e) is not None else f"make it writable and build again; {kept}"
+    fault = disk_fault(e)
+    fix = disk_fix(fault) if fault is not None else f"make it writable and build again; {KEPT}"
     return UsageError(f"publishing failed: cannot write{name}: {e.strerror or e}",
                       where=str(out), fix=fix)
 
@@ -410,7 +422,8 @@ def disk_fault(exc: BaseException) -> OSError | None:
 def disk_error(fault: OSError) -> UsageError:
     what = fault.strerror or os.strerror(fault.errno or errno.ENOSPC)
     return UsageError(f"{what} (the build stopped: every later step would fail the same way)",
-                      where=str(fault.filename) if fault.filename else None, fix=DISK_FIX)
+                      where=str(fault.filename) if fault.filename else None,
+                      fix=disk_fix(fault))
 
 
 def raise_if_disk_fault(exc: BaseException, near: Path | None = None) -> None:

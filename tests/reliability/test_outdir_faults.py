@@ -285,6 +285,7 @@ def test_read_only_parent_is_refused_with_the_path(digits_ckpt, tmp_path, mount)
     r = _build(digits_ckpt, ro / "out", "-t", "onnx")
     assert r.returncode == 2, r.stderr[-2000:]
     assert "Read-only file system" in r.stderr and str(ro / "out") in r.stderr
+    assert "mounted read-only" in r.stderr
     assert "Traceback" not in r.stderr
 
 
@@ -292,6 +293,15 @@ def test_out_under_proc_is_refused_with_the_path(digits_ckpt):
     r = _build(digits_ckpt, Path("/proc/edgesmith-out"), "-t", "onnx")
     assert r.returncode == 2, r.stderr[-2000:]
     assert "/proc/edgesmith-out" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_out_through_a_file_says_which_part_is_a_file(tmp_path):
+    (tmp_path / "model.pt").write_text("")
+    with pytest.raises(UsageError) as e:
+        with outdir.staging(tmp_path / "model.pt" / "out"):
+            pass
+    assert e.value.where == str(tmp_path / "model.pt" / "out")
+    assert str(tmp_path / "model.pt") in e.value.what and "is a file" in (e.value.fix or "")
 
 
 def test_publish_failing_for_want_of_inodes_names_the_path(tmp_path, mount):
