@@ -7,7 +7,6 @@ from pathlib import Path
 
 import typer
 
-from edgesmith.errors import EdgesmithError
 from edgesmith.pipeline import build as build_mod
 
 from .app import app, out_console
@@ -21,14 +20,10 @@ PROFILE_HELP = "device profile: a bundled name (see `edgesmith profiles list`) o
 
 def _run(req: build_mod.BuildRequest, as_json: bool) -> None:
     events = RichEvents(quiet=as_json)
-    try:
-        manifest = build_mod.run(req, events)
-    except EdgesmithError as e:
-        manifest = getattr(e, "manifest", None)
-        if manifest is not None:
-            _show(manifest, req.out, as_json)
-        raise
-    _show(manifest, req.out, as_json)
+    outcome = build_mod.run(req, events)
+    _show(outcome.manifest, req.out, as_json)  # published: shown even when it must fail
+    if outcome.error is not None:
+        raise outcome.error
 
 
 def _show(manifest: dict, out: Path, as_json: bool) -> None:

@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import platform
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgesmith import __version__, outdir
+from edgesmith import __version__, capture, outdir
 from edgesmith.artifact import sha256_path, write_json_atomic
+from edgesmith.compress.calibration import CalibrationSet, from_splits
+from edgesmith.convert import compat, export, optimize
 from edgesmith.errors import BudgetError, EdgesmithError
 from edgesmith.profiles import load as load_profile
 from edgesmith.profiles import resolve_path
+from edgesmith.profiles.schema import Profile, TargetSpec
 from edgesmith.versions import tool_versions
 
 from . import data as data_mod
@@ -54,130 +56,234 @@ def _input_hashes(req: BuildRequest, profile_path: Path, splits) -> dict[str, st
     return hashes
 
 
-def _compress(req: BuildRequest, loaded, splits, profile, root: Path, events: Events,
-              specs: list[Any], work_dir: Path):
-    """Run compress/ when the profile (or the CLI) asks; return (model, qdq_onnx, section).
-    The op-compat report runs first on the uncompressed model: pruning and QAT do not
-    change which ops the model uses, and minutes of fine-tuning should not precede a
-    "this target cannot express node X" that was knowable up front."""
-    c = profile.compress
-    wanted = req.compress if req.compress is not None else (
-        c.prune.enabled or c.qat.enabled or req.prune_ratio is not None or bool(req.qat))
-    if not wanted or loaded.torch_model is None:
-        return loaded.torch_model, None, None
-    from edgesmith.compress.stage import run_compress
-    from edgesmith.convert import compat, export
+@dataclass
+class Inputs:
+    """What the build reads, loaded and checked before any output folder is touched."""
 
-    with events.stage("compat", "before compressing: every node x every target"):
-        pre = export.export_onnx(loaded.torch_model, splits.spec.batch_shape(1),
-                                 work_dir / "precheck.onnx")
-        compat.check(pre, specs).raise_for_unsupported()
-
-    result = run_compress(loaded.torch_model, splits, profile, root / "compress",
-                          prune_ratio=req.prune_ratio, qat=req.qat, no_budget=req.no_budget,
-                          events=events)
-    return result.model, result.qdq_onnx, result.manifest
+    profile_path: Path
+    profile: Profile
+    targets: list[tuple[TargetSpec, Any]]  # (spec, the format's validated Options)
+    loaded: model_mod.LoadedModel
+    splits: data_mod.Splits
+    reference: stages.Reference
 
 
-def run(req: BuildRequest, events: Events | None = None) -> dict[str, Any]:
-    """Run a whole build; return the manifest. Raises EdgesmithError subclasses."""
-    events = events or Events()
-    t_start = time.perf_counter()
+@dataclass
+class Compressed:
+    """The compress stage's products, when it ran."""
+
+    model: Any  # the compressed FP32 torch module
+    onnx: Path  # its FP32 ONNX export (dynamic batch), made once by compress/
+    torchscript: Path  # its TorchScript trace, made once by compress/
+    qdq_onnx: Path | None  # the QAT model with Q/DQ pairs
+    section: dict[str, Any]  # the manifest's "compress" section
+    reference: stages.Reference  # parity is judged against the compressed model
+    accuracy: float  # the compressed FP32 model's own top-1 on the val split
+
+
+@dataclass
+class Exported:
+    """The optimised FP32 ONNX every target starts from, and its op-compat report."""
+
+    optimized: Any  # convert.optimize.Optimized
+    torchscript: Path | None
+    compat: Any  # convert.compat.Report
+
+
+@dataclass
+class BuildOutcome:
+    """A published build: its manifest, and the error that makes the CLI exit non-zero
+    (failed or rejected targets, budget misses) when there is one. Errors before
+    publishing are raised; these come back with the manifest the user must still see."""
+
+    manifest: dict[str, Any]
+    error: EdgesmithError | None = None
+
+
+def _model_bytes(loaded: model_mod.LoadedModel) -> int:
+    """The FP32 weights' size, which the free-space check scales per target."""
+    if loaded.torch_model is not None:
+        return sum(t.numel() * t.element_size() for t in loaded.torch_model.state_dict().values())
+    return loaded.onnx_path.stat().st_size if loaded.onnx_path else 0
+
+
+def _load(req: BuildRequest, events: Events) -> Inputs:
     with events.stage("load", "profile, model, data"):
         profile_path = resolve_path(req.profile)
         profile = load_profile(profile_path)
-        resolved = stages.resolve_targets(profile, req.targets, str(profile_path))
+        targets = stages.resolve_targets(profile, req.targets, str(profile_path))
         loaded = model_mod.load(req.model, arch=req.arch, trust_pickle=req.trust_pickle)
         splits = data_mod.load(req.data, seed=req.seed)
         ref = stages.reference(loaded, splits)
     events.info(f"reference ({ref.source}) top-1 on {len(splits.val_x)} val samples: "
                 f"{ref.accuracy * 100:.2f}%")
+    return Inputs(profile_path, profile, targets, loaded, splits, ref)
 
-    with outdir.staging(req.out, on_wait=events.warn) as root, \
-            tempfile.TemporaryDirectory(prefix="edgesmith-work-") as work:
-        work_dir = Path(work)
-        model, qdq_onnx, compress_section = _compress(
-            req, loaded, splits, profile, root, events, stages.compat_targets(resolved), work_dir)
-        reference_doc = {"source": ref.source, "accuracy": ref.accuracy}
-        if compress_section is not None:
-            # parity is judged against the compressed model (what the converters were given);
-            # accuracy drops stay relative to the original FP32 model, as budgets define them
-            compressed = stages.reference(model_mod.LoadedModel(req.model, torch_model=model),
-                                          splits)
-            ref = stages.Reference(compressed.outputs, ref.accuracy, "torch (compressed)")
-            reference_doc.update(parity_against="torch (compressed)",
-                                 compressed_accuracy=compressed.accuracy)
 
-        from edgesmith.compress.calibration import from_splits
-        from edgesmith.convert import compat, export, optimize
+def _wants_compress(req: BuildRequest, inputs: Inputs) -> bool:
+    c = inputs.profile.compress
+    wanted = req.compress if req.compress is not None else (
+        c.prune.enabled or c.qat.enabled or req.prune_ratio is not None or bool(req.qat))
+    return bool(wanted) and inputs.loaded.torch_model is not None
 
-        with events.stage("export", "ONNX opset 17 + graph optimisation"):
-            if model is not None:
-                raw = export.export_onnx(model, splits.spec.batch_shape(1), work_dir / "raw.onnx")
-                torchscript = export.trace_torchscript(model, splits.spec.batch_shape(1),
-                                                       work_dir / "model.ts")
-            else:
-                raw, torchscript = loaded.onnx_path, None
-            opt = optimize.optimize(raw, root / "model.onnx", splits.val_x)
 
-        with events.stage("compat", "every node x every target"):
-            report_c = compat.check(opt.path, stages.compat_targets(resolved))
-            write_json_atomic(root / "compat.json", report_c.to_json())
-            report_c.raise_for_unsupported()
+def _compress(req: BuildRequest, inputs: Inputs, root: Path, work_dir: Path,
+              events: Events) -> Compressed:
+    """Prune / fine-tune / QAT as the profile (or the CLI) asks. The op-compat report runs
+    first on the uncompressed model: pruning and QAT do not change which ops the model
+    uses, and minutes of fine-tuning should not precede a "this target cannot express
+    node X" that was knowable up front."""
+    # compress/ imports torch at module level (~2-4 s): only builds that compress pay it,
+    # not `edgesmith --help` or `profiles list`, which import this module too
+    from edgesmith.compress.stage import run_compress
 
-        calib = from_splits(splits, profile.compress.calibration, warn=events.warn)
-        with events.stage("quantize", "static INT8 QDQ model for the INT8 targets"):
-            static_qdq = stages.static_qdq(resolved, opt.path, calib, root, req.use_cache)
-        ctx_args = dict(fp32_onnx=opt.path, spec=splits.spec, calib=calib, profile=profile,
-                        work_dir=work_dir, torchscript=torchscript, qdq_onnx=qdq_onnx,
-                        static_qdq=static_qdq, torch_model=model)
-        results = []
-        for spec, options in resolved:
-            with events.stage(f"target {spec.name}", "convert + validate"):
-                r = stages.convert_and_validate(spec, options, ctx_args, splits, ref, root,
-                                                use_cache=req.use_cache)
-            results.append(r)
-            cached = " (from cache)" if r.artifact and r.artifact.meta.get("cached") else ""
-            events.info(r.message or f"{spec.name}: ok{cached}")
-        misses = stages.check_budgets(results, profile.budgets)
+    splits = inputs.splits
+    with events.stage("compat", "before compressing: every node x every target"):
+        pre = export.export_onnx(inputs.loaded.torch_model, splits.spec.batch_shape(1),
+                                 work_dir / "precheck.onnx")
+        compat.check(pre, stages.compat_targets(inputs.targets)).raise_for_unsupported()
+    with capture.to_log(root / "logs" / "compress.log"):  # NNCF's progress bars, torch's
+        result = run_compress(inputs.loaded.torch_model, splits, inputs.profile,
+                              root / "compress", prune_ratio=req.prune_ratio, qat=req.qat,
+                              no_budget=req.no_budget, events=events)
+    if result.error is not None:
+        raise result.error  # nothing is published: the build stops at the failing gate
+    # accuracy drops stay relative to the original FP32 model, as budgets define them
+    compressed = stages.reference(model_mod.LoadedModel(req.model, torch_model=result.model),
+                                  splits)
+    ref = stages.Reference(compressed.outputs, inputs.reference.accuracy, "torch (compressed)")
+    return Compressed(result.model, result.paths["onnx"], result.paths["model_pt"],
+                      result.qdq_onnx, result.section, ref, compressed.accuracy)
 
-        manifest = {
-            "edgesmith_version": __version__,
-            "created_unix": int(time.time()),
-            "command": " ".join(sys.argv),
-            "host": {"machine": platform.machine(), "system": platform.system()},
-            "tools": tool_versions(),
-            "inputs": {"model": req.model, "arch": req.arch, "data": req.data,
-                       "profile": str(profile_path), "seed": req.seed,
-                       "sha256": _input_hashes(req, profile_path, splits)},
-            "profile": profile.model_dump(mode="json"),
-            "input": splits.spec.to_json(),
-            "data": splits.summary(),
-            "reference": reference_doc,
-            "stages": {"export": {"opset": export.DEFAULT_OPSET, "from": loaded.kind},
-                       "optimize": opt.summary(), "compat": report_c.counts(),
-                       "calibration": calib.summary()},
-            "compress": compress_section,
-            "bench_data": stages.write_bench_data(root, splits, ref),
-            "targets": [r.to_json(root) for r in results],
-            "budgets": profile.budgets.model_dump(mode="json"),
-            "budget_misses": misses,
-            "duration_s": round(time.perf_counter() - t_start, 2),
-        }
+
+def _export(inputs: Inputs, compressed: Compressed | None, root: Path, work_dir: Path,
+            events: Events) -> Exported:
+    """One ONNX export per model version (compress/ already exported the compressed one),
+    graph optimisation checked against the export, then the op-compat gate."""
+    splits = inputs.splits
+    with events.stage("export", "ONNX opset 17 + graph optimisation"):
+        if compressed is not None:
+            raw, torchscript = compressed.onnx, compressed.torchscript
+        elif inputs.loaded.torch_model is not None:
+            model = inputs.loaded.torch_model
+            raw = export.export_onnx(model, splits.spec.batch_shape(1), work_dir / "raw.onnx")
+            torchscript = export.trace_torchscript(model, splits.spec.batch_shape(1),
+                                                   work_dir / "model.ts")
+        else:
+            raw, torchscript = inputs.loaded.onnx_path, None
+        opt = optimize.optimize(raw, root / "model.onnx", splits.val_x)
+    with events.stage("compat", "every node x every target"):
+        report_c = compat.check(opt.path, stages.compat_targets(inputs.targets))
+        write_json_atomic(root / "compat.json", report_c.to_json())
+        report_c.raise_for_unsupported()
+    return Exported(opt, torchscript, report_c)
+
+
+def _convert_targets(req: BuildRequest, inputs: Inputs, compressed: Compressed | None,
+                     exported: Exported, calib: CalibrationSet, root: Path, work_dir: Path,
+                     events: Events) -> list[stages.TargetResult]:
+    """Every target from the same files: the optimised FP32 ONNX, the QAT model if any,
+    and the static QDQ model made once here. No target sees another's result."""
+    with events.stage("quantize", "static INT8 QDQ model for the INT8 targets"):
+        static_qdq = stages.static_qdq(inputs.targets, exported.optimized.path, calib, root,
+                                       req.use_cache)
+    ctx_args = dict(fp32_onnx=exported.optimized.path, spec=inputs.splits.spec, calib=calib,
+                    profile=inputs.profile, work_dir=work_dir, torchscript=exported.torchscript,
+                    qdq_onnx=compressed.qdq_onnx if compressed else None, static_qdq=static_qdq,
+                    torch_model=compressed.model if compressed else inputs.loaded.torch_model)
+    ref = compressed.reference if compressed else inputs.reference
+    results = []
+    for spec, options in inputs.targets:
+        # what the converters and runtimes print (absl, oneDNN, XNNPACK) goes to its log
+        with events.stage(f"target {spec.name}", "convert + validate") as stage, \
+                capture.to_log(root / "logs" / f"{spec.name}.log", published=(root, req.out)):
+            r = stages.convert_and_validate(spec, options, ctx_args, inputs.splits, ref, root,
+                                            use_cache=req.use_cache)
+            r.message = capture.shown_paths(r.message, root, req.out)
+            if r.status in ("failed", "rejected"):
+                stage.fail()
+        results.append(r)
+        cached = " (from cache)" if r.artifact and r.artifact.meta.get("cached") else ""
+        events.info((r.message or f"{spec.name}: ok") + cached)
+    return results
+
+
+def _manifest(req: BuildRequest, inputs: Inputs, compressed: Compressed | None,
+              exported: Exported, calib: CalibrationSet, results: list[stages.TargetResult],
+              misses: list[str], root: Path, seconds: float) -> dict[str, Any]:
+    """The manifest from typed results: what went in, with which tools, what came out."""
+    splits, profile = inputs.splits, inputs.profile
+    reference: dict[str, Any] = {"source": inputs.reference.source,
+                                 "accuracy": inputs.reference.accuracy}
+    if compressed is not None:
+        # parity is judged against the compressed model (what the converters were given)
+        reference.update(parity_against=compressed.reference.source,
+                         compressed_accuracy=compressed.accuracy)
+    ref = compressed.reference if compressed else inputs.reference
+    return {
+        "edgesmith_version": __version__,
+        "created_unix": int(time.time()),
+        "command": " ".join(sys.argv),
+        "host": {"machine": platform.machine(), "system": platform.system()},
+        "tools": tool_versions(),
+        "inputs": {"model": req.model, "arch": req.arch, "data": req.data,
+                   "profile": str(inputs.profile_path), "seed": req.seed,
+                   "sha256": _input_hashes(req, inputs.profile_path, splits)},
+        "profile": profile.model_dump(mode="json"),
+        "input": splits.spec.to_json(),
+        "data": splits.summary(),
+        "reference": reference,
+        "stages": {"export": {"opset": export.DEFAULT_OPSET, "from": inputs.loaded.kind},
+                   "optimize": exported.optimized.summary(),
+                   "compat": exported.compat.counts(), "calibration": calib.summary()},
+        "compress": compressed.section if compressed else None,
+        "bench_data": stages.write_bench_data(root, splits, ref),
+        "targets": [r.to_json(root) for r in results],
+        "budgets": profile.budgets.model_dump(mode="json"),
+        "budget_misses": misses,
+        "duration_s": round(seconds, 2),
+    }
+
+
+def _verdict(req: BuildRequest, results: list[stages.TargetResult],
+             misses: list[str]) -> EdgesmithError | None:
+    """Why a published build still exits non-zero: failed targets first, then budgets."""
+    failed = stages.failure(results)
+    if failed is not None:
+        return failed
+    if misses and not req.no_budget:
+        return BudgetError("build outside the profile's budgets:\n  " + "\n  ".join(misses),
+                           where=str(req.out),
+                           fix="relax budgets (or device.ram_mb) in the profile, or pass "
+                               "--no-budget to report")
+    return None
+
+
+def run(req: BuildRequest, events: Events | None = None) -> BuildOutcome:
+    """load -> (compress) -> export + optimise -> compat -> calibrate -> targets -> publish.
+    Raises EdgesmithError subclasses for anything that stops the build before publishing;
+    a published build comes back with its manifest and, if it must fail, its error."""
+    events = events or Events()
+    t_start = time.perf_counter()
+    inputs = _load(req, events)
+    need = outdir.estimate_bytes(_model_bytes(inputs.loaded), len(inputs.targets))
+    with outdir.staging(req.out, on_wait=events.warn, need_bytes=need) as root, \
+            outdir.work_dir(need) as work_dir:
+        compressed = (_compress(req, inputs, root, work_dir, events)
+                      if _wants_compress(req, inputs) else None)
+        exported = _export(inputs, compressed, root, work_dir, events)
+        calib = from_splits(inputs.splits, inputs.profile.compress.calibration,
+                            warn=events.warn)
+        results = _convert_targets(req, inputs, compressed, exported, calib, root, work_dir,
+                                   events)
+        misses = stages.check_budgets(results, inputs.profile.budgets,
+                                      inputs.profile.device.ram_mb)
+        manifest = _manifest(req, inputs, compressed, exported, calib, results, misses, root,
+                             time.perf_counter() - t_start)
         write_json_atomic(root / "manifest.json", manifest)
         report.write_report(root)
         outdir.publish(root, req.out)
-
-    try:
-        stages.raise_if_failed(results)
-        if misses and not req.no_budget:
-            raise BudgetError("build outside the profile's budgets:\n  " + "\n  ".join(misses),
-                              where=str(req.out),
-                              fix="relax budgets in the profile, or pass --no-budget to report")
-    except EdgesmithError as e:
-        e.manifest = manifest  # published: the CLI still prints the table / JSON summary
-        raise
-    return manifest
+    return BuildOutcome(manifest, _verdict(req, results, misses))
 
 
 def summary(manifest: dict[str, Any], out: Path) -> dict[str, Any]:
@@ -196,4 +302,4 @@ def summary(manifest: dict[str, Any], out: Path) -> dict[str, Any]:
     }
 
 
-__all__ = ["BuildRequest", "run", "summary"]
+__all__ = ["BuildOutcome", "BuildRequest", "run", "summary"]

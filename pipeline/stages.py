@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from edgesmith import __version__
+from edgesmith import __version__, outdir
 from edgesmith.artifact import Artifact, sha256_path
 from edgesmith.errors import ConversionError, EdgesmithError, ModelLoadError, UsageError
 from edgesmith.profiles.schema import TargetSpec
@@ -165,10 +165,12 @@ def convert_and_validate(spec: Any, options: Any, ctx_args: dict[str, Any], spli
                     "format": artifact.format, "precision": artifact.precision,
                     "sha256": artifact.sha256, "meta": artifact.meta})
     except EdgesmithError as e:
+        outdir.raise_if_disk_fault(e, root)  # a full/read-only disk: no target's fault
         ctx.log(e.message())
         return TargetResult(spec, None, None, "failed",
                             f"{spec.name}: convert: {e.what} (full log: logs/{spec.name}.log)")
     except Exception as e:  # a third-party converter crashed: keep the log, go on
+        outdir.raise_if_disk_fault(e, root)
         ctx.log(traceback.format_exc())
         first = str(e).splitlines()[0][:200] if str(e) else ""
         return TargetResult(
@@ -180,6 +182,7 @@ def convert_and_validate(spec: Any, options: Any, ctx_args: dict[str, Any], spli
         v = validate.validate(run, splits.val_x, splits.val_y, ref.outputs, ref.accuracy,
                               not_run_reason=target.not_runnable_reason, latency_ms=own)
     except Exception as e:
+        outdir.raise_if_disk_fault(e, root)
         ctx.log(traceback.format_exc())
         return TargetResult(spec, artifact, None, "failed",
                             f"{spec.name}: validate: {type(e).__name__}: {e}"[:300])
@@ -217,7 +220,11 @@ def static_qdq(targets: list[tuple[Any, Any]], fp32_onnx: Path, calib: Any, root
         if key and cache.lookup("qdq", key, Path(tmp)) is not None:
             os.replace(Path(tmp) / out.name, out)
             return out
-        quantize_qdq(fp32_onnx, calib, Path(tmp) / out.name)
+        try:
+            quantize_qdq(fp32_onnx, calib, Path(tmp) / out.name)
+        except EdgesmithError as e:  # onnx writes cut short on a full disk read as corrupt
+            outdir.raise_if_disk_fault(e, root)
+            raise
         if key:
             cache.store("qdq", key, Path(tmp), {"artifact": out.name})
         os.replace(Path(tmp) / out.name, out)
@@ -234,8 +241,19 @@ def write_bench_data(root: Path, splits: Splits, ref: Reference) -> dict[str, st
     return {"input": "data/bench_input.npy", "reference": "data/bench_reference.npy"}
 
 
-def check_budgets(results: list[TargetResult], budgets: Any) -> list[str]:
-    """Mark results that break the profile's budgets; return one line per miss."""
+def _ram_problem(artifact: Artifact, ram_mb: int) -> str | None:
+    """An artifact whose weights plus activation arena exceed the device's RAM cannot run
+    there, whatever the budgets say: the profile's ``device.ram_mb`` is that limit."""
+    need = artifact.size_bytes + int(artifact.meta.get("arena_bytes") or 0)
+    if need <= ram_mb * 1024 * 1024:
+        return None
+    return f"needs {need / 2**20:.1f} MB (weights + arena) > device RAM {ram_mb} MB"
+
+
+def check_budgets(results: list[TargetResult], budgets: Any,
+                  ram_mb: int | None = None) -> list[str]:
+    """Mark results that break the profile's budgets or the device's RAM; return one line
+    per miss."""
     misses = []
     for r in results:
         if r.status != "ok":
@@ -250,6 +268,9 @@ def check_budgets(results: list[TargetResult], budgets: Any) -> list[str]:
         arena = r.artifact.meta.get("arena_bytes") if r.artifact else None
         if budgets.arena_kb is not None and arena is not None and arena / 1024 > budgets.arena_kb:
             problems.append(f"arena {arena / 1024:.1f} KB > budget {budgets.arena_kb} KB")
+        ram = _ram_problem(r.artifact, ram_mb) if r.artifact and ram_mb else None
+        if ram:
+            problems.append(ram)
         if problems:
             r.status = "budget"
             r.message = f"{r.spec.name}: " + "; ".join(problems)
@@ -261,10 +282,12 @@ def describe_failure(results: list[TargetResult]) -> str:
     return "\n".join(f"  {r.message}" for r in results if r.status in ("failed", "rejected"))
 
 
-def raise_if_failed(results: list[TargetResult]) -> None:
+def failure(results: list[TargetResult]) -> ConversionError | None:
+    """The error a build with failed or rejected targets exits with; None when all ran."""
     bad = [r for r in results if r.status in ("failed", "rejected")]
-    if bad:
-        raise ConversionError(
-            f"{len(bad)} of {len(results)} target(s) failed:\n{describe_failure(results)}",
-            fix="see logs/ in the build folder; the other targets are in the manifest",
-        )
+    if not bad:
+        return None
+    return ConversionError(
+        f"{len(bad)} of {len(results)} target(s) failed:\n{describe_failure(results)}",
+        fix="see logs/ in the build folder; the other targets are in the manifest",
+    )

@@ -21,7 +21,7 @@ def built(digits_ckpt, tmp_path_factory):
     out = tmp_path_factory.mktemp("b") / "demo"
     manifest = build.run(build.BuildRequest(
         model=str(digits_ckpt), arch=DIGITS_ARCH, data="digits", profile="host", out=out,
-        targets=["onnx"]))
+        targets=["onnx"])).manifest
     return out, manifest
 
 

@@ -174,17 +174,17 @@ def test_corrupted_cache_entry_is_recomputed_not_used(digits_ckpt, tmp_path, mon
     monkeypatch.setenv("EDGESMITH_CACHE", str(tmp_path / "cache"))
     req = build.BuildRequest(model=str(digits_ckpt), arch=DIGITS_ARCH, data="digits",
                              profile="host", out=tmp_path / "o", targets=["onnx:int8"])
-    first = build.run(req)["targets"][0]
+    first = build.run(req).manifest["targets"][0]
     entries = list((tmp_path / "cache" / "targets").iterdir())
     assert len(entries) == 1
     blob = entries[0] / "files" / "model.onnx"
     blob.write_bytes(blob.read_bytes()[: blob.stat().st_size // 2])  # truncate
-    second = build.run(req)["targets"][0]
+    second = build.run(req).manifest["targets"][0]
     assert not second["meta"].get("cached")
     assert second["sha256"] == first["sha256"]
-    third = build.run(req)["targets"][0]
+    third = build.run(req).manifest["targets"][0]
     assert third["meta"].get("cached") and third["sha256"] == first["sha256"]
-    assert cache.info()["entries"] == 1
+    assert cache.info()["kinds"]["targets"]["entries"] == 1
 
 
 def test_cache_cli_info_and_clear(cli, tmp_path, monkeypatch):
