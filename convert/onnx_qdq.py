@@ -119,10 +119,12 @@ class OnnxTarget(Target):
             meta = {"source": "static QDQ (onnxruntime.quantization)",
                     "calibration": ctx.calib.summary()}
         meta["threads"] = ctx.options.threads
+        meta["graph_optimization"] = ctx.options.graph_optimization
         return Artifact.of(out, "onnx", precision, **meta)
 
     def runner(self, artifact: Artifact) -> Runner:
-        sess = _session(artifact.path, artifact.meta.get("threads", 1))
+        sess = _session(artifact.path, artifact.meta.get("threads", 1),
+                        artifact.meta.get("graph_optimization", "all"))
         name = sess.get_inputs()[0].name
 
         def run(x: np.ndarray) -> np.ndarray:
@@ -131,10 +133,18 @@ class OnnxTarget(Target):
         return run
 
 
-def _session(path: Path, threads: int):
+# the profile's ``graph_optimization`` option -> onnxruntime's level (validated and on-device
+# runs use the same setting: "basic" keeps QDQ models unfused, as some NPU delegates need)
+GRAPH_OPTIMIZATION = {"all": "ORT_ENABLE_ALL", "basic": "ORT_ENABLE_BASIC",
+                      "none": "ORT_DISABLE_ALL"}
+
+
+def _session(path: Path, threads: int, graph_optimization: str = "all"):
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
+    opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel,
+                                            GRAPH_OPTIMIZATION[graph_optimization])
     opts.intra_op_num_threads = threads
     opts.log_severity_level = 3
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])

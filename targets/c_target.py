@@ -114,7 +114,7 @@ class CTarget(Target):
         run.build(out, log=ctx.log)
         meta: dict[str, Any] = {**gen.plan.figures(), "weights_bytes": gen.weights_bytes,
                                 "weights": opts.weights, "cc": opts.cc, "cflags": opts.cflags,
-                                "source_onnx": str(src), "steps": _steps(out)}
+                                "source_onnx": src.name, "steps": _steps(out)}
         if precision == "int8":
             meta["requant"] = opts.requant
             meta["int8_source"] = source

@@ -93,7 +93,7 @@ def test_convert_int8_lowers_the_pipelines_static_qdq_model(tmp_path, digits_onn
         t.convert(ctx)  # the pipeline calibrates once; the target never does it on its own
     ctx = replace(ctx, static_qdq=quantize_qdq(digits_onnx, ctx.calib, tmp_path / "q.onnx"))
     a = t.convert(ctx)
-    assert a.meta["int8_source"] == "static" and a.meta["source_onnx"] == str(ctx.static_qdq)
+    assert a.meta["int8_source"] == "static" and a.meta["source_onnx"] == ctx.static_qdq.name
     assert a.precision == "int8" and (a.path / "weights_data.c").exists()
     assert a.meta["requant"] == "fixed" and ".rq = 1" not in (a.path / "model.c").read_text()
     y = t.runner(a)(digits_splits.val_x[:16])
@@ -142,4 +142,4 @@ def test_lowerable_qat_model_is_used_as_is(tmp_path, digits_qdq, digits_onnx, di
     t, ctx = _ctx(tmp_path, digits_onnx, digits_splits.calib_x[:64], "int8")
     ctx.qdq_onnx = digits_qdq
     a = t.convert(ctx)
-    assert a.meta["int8_source"] == "qat" and a.meta["source_onnx"] == str(digits_qdq)
+    assert a.meta["int8_source"] == "qat" and a.meta["source_onnx"] == digits_qdq.name
