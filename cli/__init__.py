@@ -3,7 +3,7 @@
 Each command lives in its own module and registers itself on the shared app on import.
 """
 
-from . import bench, build, cache, compress, inspect, profiles  # noqa: F401  (registers)
+from . import bench, build, cache, compress, inspect, plan, profiles  # noqa: F401  (registers)
 from .app import app, main
 
 __all__ = ["app", "main"]

@@ -1,0 +1,35 @@
+"""``edgesmith plan``: print the C runtime's memory plan of a build."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from edgesmith.pipeline.plan import plans
+
+from .app import app, out_console
+
+
+@app.command()
+def plan(
+    path: Path = typer.Argument(..., help="a build folder (--out of `edgesmith build`) or one "
+                                          "generated C folder (BUILD/targets/c-int8)"),
+    as_json: bool = typer.Option(False, "--json", help="print [{target, folder, arena_bytes, "
+                                                       "plan}] as JSON"),
+) -> None:
+    """Draw each C target's arena plan: every buffer's offset, size and lifetime, then one
+    row per step (as TFLite Micro's PrintMemoryPlan does).
+
+    Example: edgesmith plan build/demo
+    """
+    found = plans(path)
+    if as_json:
+        out_console.print_json(json.dumps([
+            {"target": p.name, "folder": str(p.folder), "arena_bytes": p.arena_bytes,
+             "plan": p.text} for p in found]))
+        return
+    for p in found:
+        out_console.print(f"[bold]{p.name}[/]  {p.folder}", highlight=False)
+        out_console.print(p.text, markup=False, highlight=False, soft_wrap=True)
