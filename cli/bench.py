@@ -1,4 +1,5 @@
-"""``edgesmith bench``: parse, call ``edgesmith.devices.bench``, render with rich."""
+"""``edgesmith bench``: parse, call ``edgesmith.pipeline.bench`` (the devices bench plus the
+report re-rendered), render with rich."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from rich import box
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from edgesmith.devices.bench import DEFAULT_RUNS, DEFAULT_WARMUP, BenchEvents, BenchRun, bench
+from edgesmith.devices.bench import DEFAULT_RUNS, DEFAULT_WARMUP, BenchEvents, BenchRun
 from edgesmith.devices.fleet import resolve_devices
+from edgesmith.pipeline.bench import bench
 
 from .app import app, err_console, out_console
 

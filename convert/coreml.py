@@ -66,6 +66,7 @@ class CoreMLTarget(Target):
     precisions = ("fp32", "fp16", "int8")
     Options = CoreMLOptions
     device_runtime = "coremltools (macOS)"
+    device_loader = Path(__file__).with_name("coreml_device.py")
     not_runnable_reason = "Core ML prediction needs macOS; converted and spec-checked only"
     # Core ML converts from torch, so these name the ONNX op a torch function exports to;
     # observed with coremltools 9.0 (tests/convert/test_compat_rules.py)

@@ -94,6 +94,8 @@ class OnnxTarget(Target):
     precisions = ("fp32", "fp16", "int8")
     Options = OnnxOptions
     device_runtime = "onnxruntime"
+    device_loader = Path(__file__).with_name("onnx_device.py")
+    device_threads_option = "threads"
     # onnxruntime runs every default-domain op and its own contrib ops
     domains = ("", "ai.onnx", "com.microsoft")
     default_rule = CompatRule("supported")

@@ -42,6 +42,8 @@ class OpenVINOTarget(Target):
     precisions = ("fp32", "fp16", "int8")
     Options = OpenVINOOptions
     device_runtime = "openvino"
+    device_loader = Path(__file__).with_name("openvino_device.py")
+    device_threads_option = "num_threads"
     # observed with openvino 2026.4 (tests/convert/test_compat_rules.py); its ONNX frontend
     # covers nearly the whole default domain
     compat_rules = {

@@ -102,6 +102,8 @@ class TFLiteTarget(Target):
     precisions = ("fp32", "fp16", "int8")
     Options = TFLiteOptions
     device_runtime = "ai-edge-litert (or tflite-runtime)"
+    device_loader = Path(__file__).with_name("tflite_device.py")
+    device_threads_option = "num_threads"
     not_runnable_reason = ""
     compat_rules = _RULES
 

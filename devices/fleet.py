@@ -29,7 +29,7 @@ from edgesmith.profiles import resolve_path
 from edgesmith.profiles.loader import read_yaml
 from edgesmith.profiles.schema import Profile, Ssh
 
-from .bench import Device
+from .device import Device
 
 DEFAULT_CONCURRENCY = 4
 

@@ -2,14 +2,19 @@
 """edgesmith's on-device bench script: uploaded as one file, run with the device's python.
 
 It imports nothing from edgesmith and nothing outside the standard library except the
-runtime of the format it measures (and numpy, which every Python runtime needs anyway);
-the C path is pure stdlib. It must run on old device images, so it stays Python 3.8
-compatible: no ``match``, no ``X | Y`` types, no ``str.removeprefix``.
+runtime of the format it measures (and numpy, which every Python runtime needs anyway).
+It knows no format: each format's loader (``convert/onnx_device.py``,
+``targets/c_device.py``, ...; ``Target.device_loader``) is embedded by
+``devices/script.py`` into ``LOADER_SOURCES`` at the end of the uploaded copy and run in a
+namespace of its own (see "format loaders" below). It must run on old device images, so
+it, and every loader, stays Python 3.8 compatible: no ``match``, no ``X | Y`` types, no
+``str.removeprefix``.
 
     python3 edgesmith_remote.py verify files.json
         check the uploaded files (size + sha256) and describe this device
     python3 edgesmith_remote.py bench --format onnx --model DIR/model.onnx \
-        --input data/bench_input.npy --reference data/bench_reference.npy --runs 100
+        --input data/bench_input.npy --reference data/bench_reference.npy --runs 100 \
+        --options '{"threads": 4, "graph_optimization": "all"}'
         measure one target: warm-up + N timed runs, parity against the host reference;
         with --stop-on-eof it stops, with everything it started, when its stdin closes
 
@@ -38,17 +43,9 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 SCHEMA = 1
-
-PACKAGES = {
-    "onnx": "onnxruntime (pip install onnxruntime)",
-    "tflite": "ai-edge-litert (pip install ai-edge-litert; or tflite-runtime)",
-    "openvino": "openvino (pip install openvino)",
-    "coreml": "coremltools (pip install coremltools; prediction needs macOS)",
-    "c": "make and a C compiler (e.g. apt-get install build-essential)",
-}
-
 
 class Missing(Exception):
     """The device lacks what this format needs; the message names the package."""
@@ -193,8 +190,21 @@ def energy_joules(before, after):
     return total / 1e6
 
 
-# -- runtimes: each returns (runtime name, version, prepare(flat) -> feed, run(feed) -> list) --
-def _np():
+# -- format loaders --------------------------------------------------------------------------
+# A loader is one stdlib-only source file per format, embedded by devices/script.py into
+# LOADER_SOURCES (format -> source). Run in a namespace of its own, it defines
+#   RUNTIMES  ((module, distribution), ...) this format may use: `verify` lists them;
+#   PACKAGE   what to install when the runtime is missing (named in the result);
+# and either
+#   load(args, sample_shape, rt) -> (runtime name, version, prepare(flat) -> feed,
+#                                    run(feed) -> output, to_list(output) -> floats)
+#       for a format this script times in-process (IMPORTS: modules imported, and timed,
+#       before the load), or
+#   bench(args, result, samples, sample_shape, references, deadline, rt)
+#       for a format that measures itself (the C runtime's own harness) and fills result.
+# ``args`` holds --model, --threads, --options (the format's validated options, a dict),
+# --weights, --prebuilt, --exec-wrapper, --runs, --warmup, --energy-root; ``rt`` is API.
+def numpy_or_missing():
     try:
         import numpy
     except ImportError:
@@ -210,151 +220,25 @@ def _version(dist, module=None):
         return getattr(module, "__version__", None)
 
 
-def load_onnx(args, sample_shape):
-    np = _np()
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        raise Missing(PACKAGES["onnx"]) from None
-    so = ort.SessionOptions()
-    if args.threads:
-        so.intra_op_num_threads = args.threads
-    so.inter_op_num_threads = 1
-    sess = ort.InferenceSession(args.model, so, providers=["CPUExecutionProvider"])
-    inp = sess.get_inputs()[0]
-    dtype = np.float16 if inp.type == "tensor(float16)" else np.float32
-    name = inp.name
-
-    def prepare(flat):
-        return np.asarray(flat, dtype=dtype).reshape((1,) + sample_shape)
-
-    def run(feed):
-        return sess.run(None, {name: feed})[0]
-
-    def to_list(out):
-        return np.asarray(out, dtype=np.float64).ravel().tolist()
-
-    return "onnxruntime", _version("onnxruntime", ort), prepare, run, to_list
+_LOADED = {}
 
 
-def _tflite_interpreter():
-    try:
-        from ai_edge_litert.interpreter import Interpreter
-        return "ai-edge-litert", _version("ai-edge-litert"), Interpreter
-    except ImportError:
-        pass
-    try:
-        from tflite_runtime.interpreter import Interpreter
-        return "tflite-runtime", _version("tflite-runtime"), Interpreter
-    except ImportError:
-        pass
-    raise Missing(PACKAGES["tflite"])
+def loader(fmt):
+    """The format's loader namespace, compiled once from LOADER_SOURCES; None if unknown."""
+    if fmt not in _LOADED:
+        source = LOADER_SOURCES.get(fmt)
+        if source is None:
+            return None
+        module = types.ModuleType(f"edgesmith_loader_{fmt}")
+        exec(compile(source, f"<{fmt} loader>", "exec"), module.__dict__)
+        _LOADED[fmt] = module
+    return _LOADED[fmt]
 
 
-def load_tflite(args, sample_shape):
-    np = _np()
-    name, version, Interpreter = _tflite_interpreter()
-    interp = Interpreter(model_path=args.model, num_threads=args.threads or None)
-    interp.allocate_tensors()
-    inp = interp.get_input_details()[0]
-    out = interp.get_output_details()[0]
-    want = tuple(int(d) for d in inp["shape"][1:])
-
-    def prepare(flat):
-        x = np.asarray(flat, dtype=np.float32).reshape((1,) + sample_shape)
-        if x.ndim >= 3 and tuple(x.shape[1:]) != want:
-            moved = np.moveaxis(x, 1, -1)  # NCHW -> NHWC, what onnx2tf models take
-            if tuple(moved.shape[1:]) == want:
-                x = np.ascontiguousarray(moved)
-        if inp["dtype"] in (np.int8, np.uint8):
-            scale, zero = inp["quantization"]
-            info = np.iinfo(inp["dtype"])
-            x = np.clip(np.round(x / scale + zero), info.min, info.max)
-        return x.astype(inp["dtype"])
-
-    def run(feed):
-        interp.set_tensor(inp["index"], feed)
-        interp.invoke()
-        return interp.get_tensor(out["index"])
-
-    def to_list(y):
-        y = np.asarray(y)
-        if out["dtype"] in (np.int8, np.uint8):
-            scale, zero = out["quantization"]
-            y = (y.astype(np.float64) - zero) * scale
-        if y.ndim >= 3:
-            y = np.moveaxis(y, -1, 1)  # channels-last outputs back to the ONNX layout
-        return np.asarray(y, dtype=np.float64).ravel().tolist()
-
-    return name, version, prepare, run, to_list
-
-
-def load_openvino(args, sample_shape):
-    np = _np()
-    try:
-        import openvino as ov
-        core = ov.Core()
-    except (ImportError, AttributeError):
-        try:
-            from openvino.runtime import Core
-            core = Core()
-        except ImportError:
-            raise Missing(PACKAGES["openvino"]) from None
-    config = {"PERFORMANCE_HINT": "LATENCY"}
-    if args.threads:
-        config["INFERENCE_NUM_THREADS"] = args.threads
-    compiled = core.compile_model(core.read_model(args.model), "CPU", config)
-    request = compiled.create_infer_request()
-
-    def prepare(flat):
-        return np.asarray(flat, dtype=np.float32).reshape((1,) + sample_shape)
-
-    def run(feed):
-        request.infer({0: feed})
-        return request.get_output_tensor(0).data
-
-    def to_list(y):
-        return np.asarray(y, dtype=np.float64).ravel().tolist()
-
-    return "openvino", _version("openvino"), prepare, run, to_list
-
-
-def load_coreml(args, sample_shape):
-    if platform.system() != "Darwin":
-        raise Unsupported(f"Core ML prediction needs macOS; this device runs {platform.system()}")
-    np = _np()
-    try:
-        import coremltools as ct
-    except ImportError:
-        raise Missing(PACKAGES["coreml"]) from None
-    model = ct.models.MLModel(args.model)
-    desc = model.get_spec().description
-    in_name, out_name = desc.input[0].name, desc.output[0].name
-
-    def prepare(flat):
-        return {in_name: np.asarray(flat, dtype=np.float32).reshape((1,) + sample_shape)}
-
-    def run(feed):
-        return model.predict(feed)[out_name]
-
-    def to_list(y):
-        return np.asarray(y, dtype=np.float64).ravel().tolist()
-
-    return "coremltools", _version("coremltools", ct), prepare, run, to_list
-
-
-LOADERS = {"onnx": load_onnx, "tflite": load_tflite, "openvino": load_openvino,
-           "coreml": load_coreml}
-# imported (and timed) before the load, so load_ms is the model's cost, not the library's
-IMPORTS = {"onnx": ("onnxruntime",), "tflite": ("ai_edge_litert.interpreter",
-                                                "tflite_runtime.interpreter"),
-           "openvino": ("openvino",), "coreml": ("coremltools",)}
-
-
-def import_runtime(fmt):
+def import_runtime(mod):
     import importlib
 
-    for name in IMPORTS.get(fmt, ()):
+    for name in getattr(mod, "IMPORTS", ()):
         try:
             importlib.import_module(name)
             return
@@ -362,16 +246,16 @@ def import_runtime(fmt):
             continue
 
 
-def bench_python(args, result, samples, sample_shape, references):
+def bench_python(args, result, samples, sample_shape, references, mod):
+    """Time ``run`` of an in-process loader: warm-up, then N runs one sample after another."""
     t0 = time.perf_counter()
-    loader = LOADERS[args.format]
-    _np()
+    numpy_or_missing()
     t_import = time.perf_counter()
-    import_runtime(args.format)
+    import_runtime(mod)
     result["import_ms"] = (time.perf_counter() - t_import) * 1e3
     result["rss_before_load_mb"] = self_peak_rss_mb()
     t_load = time.perf_counter()
-    name, version, prepare, run, to_list = loader(args, sample_shape)
+    name, version, prepare, run, to_list = mod.load(args, sample_shape, API)
     result["load_ms"] = (time.perf_counter() - t_load) * 1e3
     result["runtime"] = {"name": name, "version": version}
     feeds = [prepare(s) for s in samples]
@@ -449,7 +333,7 @@ def stop_on_eof(stdin_fd=0):
     return thread
 
 
-# -- C: build the uploaded sources, run edgesmith_bench ---------------------------------------
+# -- children (make, a compiled harness), for loaders that run one --------------------------
 def _vm_hwm_mb(pid):
     """The child's own peak RSS from /proc (Linux). ru_maxrss of a vfork'd child also
     counts the parent's memory at exec time, which would charge python to the C runtime."""
@@ -532,78 +416,6 @@ def read_raw(path):
     return list(data)
 
 
-def bench_c(args, result, samples, sample_shape, references, deadline):
-    t0 = time.perf_counter()
-    folder = os.path.abspath(args.model)
-    exe = os.path.join(folder, "edgesmith_bench")
-    if args.prebuilt:  # a binary built on the host (cross-compiled): never run make here
-        if not os.path.isfile(exe):
-            raise RuntimeError(f"--prebuilt, but no edgesmith_bench was uploaded to {folder}")
-        os.chmod(exe, 0o755)  # SFTP does not carry the execute bit
-        result["prebuilt"] = True
-    elif os.path.exists(os.path.join(folder, "Makefile")):
-        if shutil.which("make") is None:
-            if not os.access(exe, os.X_OK):
-                raise Missing(PACKAGES["c"])
-        else:
-            t_build = time.perf_counter()
-            code, out, err, _ = run_child(["make"], folder, remaining(deadline),
-                                          os.path.join(folder, ".make.log"))
-            result["build_s"] = time.perf_counter() - t_build
-            if code != 0:
-                tail = (out + err).strip().splitlines()[-15:]
-                if "not found" in err and ("cc" in err or "gcc" in err):
-                    raise Missing(PACKAGES["c"])
-                raise RuntimeError("make failed (exit {}):\n{}".format(code, "\n".join(tail)))
-    if not os.access(exe, os.X_OK):
-        raise RuntimeError(f"no executable edgesmith_bench in {folder} after the build")
-    result["runtime"] = {"name": "edgesmith C runtime", "version": None}
-    weights = args.weights or ("weights.bin" if os.path.exists(
-        os.path.join(folder, "weights.bin")) else None)
-    base = list(args.exec_wrapper or []) + [exe] + (
-        ["--weights", os.path.join(folder, weights)] if weights else [])
-    if args.exec_wrapper:
-        result["exec_wrapper"] = list(args.exec_wrapper)
-    in_raw, out_raw = os.path.join(folder, ".in.raw"), os.path.join(folder, ".out.raw")
-    outputs = []
-    for s in samples:
-        write_raw(in_raw, s)
-        code, out, err, _ = run_child(base + ["--input", in_raw, "--output", out_raw,
-                                              "--runs", "1", "--warmup", "0"],
-                                      folder, remaining(deadline), in_raw + ".log")
-        if code != 0:
-            raise RuntimeError(f"edgesmith_bench failed (exit {code}): {err.strip()}")
-        outputs.append(read_raw(out_raw))
-    result["parity"] = parity(outputs, references)
-    write_raw(in_raw, samples[0])
-    energy0 = read_energy_uj(args.energy_root)
-    code, out, err, peak = run_child(
-        base + ["--input", in_raw, "--output", out_raw, "--runs", str(args.runs),
-                "--warmup", str(args.warmup)], folder, remaining(deadline), in_raw + ".log")
-    energy1 = read_energy_uj(args.energy_root)
-    if code != 0:
-        raise RuntimeError(f"edgesmith_bench failed (exit {code}): {err.strip()}")
-    figures = last_json_line(out)
-    if figures is None or "latency_ms" not in figures:
-        raise RuntimeError(f"edgesmith_bench printed no JSON result line: {out[-300:]!r}")
-    lat = figures["latency_ms"]
-    result["latency_ms"] = {k: lat.get(k) for k in ("p50", "p90", "p99", "min", "max", "mean")
-                            if lat.get(k) is not None}
-    mean = lat.get("mean") or lat.get("p50")
-    result["throughput_ips"] = 1e3 / mean if mean else None
-    result["peak_rss_mb"] = peak
-    result["c"] = {k: figures.get(k) for k in ("arena_bytes", "weights_bytes", "runs")}
-    if figures.get("energy_j_per_inference") is not None:
-        result["energy_j_per_inference"] = figures["energy_j_per_inference"]
-        result["energy_source"] = "edgesmith_bench power hooks"
-    elif isinstance(energy0, dict) and isinstance(energy1, dict):
-        result["energy_source"] = "unavailable: RAPL readable, but it would include process start"
-    else:
-        result["energy_source"] = "unavailable: %s" % (energy0 if isinstance(energy0, str)
-                                                         else energy1)
-    result["seconds"] = time.perf_counter() - t0
-
-
 def remaining(deadline):
     return max(1.0, deadline - time.monotonic())
 
@@ -613,10 +425,10 @@ def system_info():
     import importlib.util
 
     runtimes = {}
-    for module, dist in (("numpy", "numpy"), ("onnxruntime", "onnxruntime"),
-                         ("ai_edge_litert", "ai-edge-litert"),
-                         ("tflite_runtime", "tflite-runtime"), ("openvino", "openvino"),
-                         ("coremltools", "coremltools")):
+    known = [("numpy", "numpy")]
+    for fmt in sorted(LOADER_SOURCES):
+        known += [pair for pair in getattr(loader(fmt), "RUNTIMES", ()) if pair not in known]
+    for module, dist in known:
         try:
             found = importlib.util.find_spec(module) is not None
         except (ImportError, ValueError):
@@ -657,7 +469,8 @@ def cmd_verify(args):
 def cmd_bench(args):
     result = {"schema": SCHEMA, "name": args.name, "format": args.format,
               "precision": args.precision, "status": "error", "message": None,
-              "threads": args.threads, "runs": args.runs, "warmup": args.warmup,
+              "threads": args.threads, "options": args.options, "runs": args.runs,
+              "warmup": args.warmup,
               "latency_ms": None, "peak_rss_mb": None, "energy_j_per_inference": None}
     deadline = time.monotonic() + args.timeout
 
@@ -675,12 +488,13 @@ def cmd_bench(args):
         if len(references) != len(samples) or not samples:
             raise ValueError(f"bench input has {len(samples)} samples, "
                              f"the reference {len(references)}")
-        if args.format == "c":
-            bench_c(args, result, samples, sample_shape, references, deadline)
-        elif args.format in LOADERS:
-            bench_python(args, result, samples, sample_shape, references)
+        mod = loader(args.format)
+        if mod is None:
+            raise Unsupported(f"this bench script has no loader for format {args.format!r}")
+        if hasattr(mod, "bench"):
+            mod.bench(args, result, samples, sample_shape, references, deadline, API)
         else:
-            raise Unsupported(f"unknown format {args.format!r}")
+            bench_python(args, result, samples, sample_shape, references, mod)
         result["status"] = "ok"
     except Missing as e:
         result["status"] = "missing_runtime"
@@ -707,20 +521,22 @@ def parse(argv):
     b.add_argument("--format", required=True)
     b.add_argument("--precision", default="fp32")
     b.add_argument("--name", default=None)
-    b.add_argument("--model", required=True, help="model file, or the C source folder")
-    b.add_argument("--weights", default=None, help="C: weights file inside the folder")
+    b.add_argument("--model", required=True, help="model file, or the artifact's folder")
+    b.add_argument("--weights", default=None, help="weights file inside the model folder")
     b.add_argument("--input", required=True)
     b.add_argument("--reference", required=True)
     b.add_argument("--runs", type=int, default=100)
     b.add_argument("--warmup", type=int, default=10)
-    b.add_argument("--threads", type=int, default=0)
+    b.add_argument("--threads", type=int, default=0, help="0: the runtime's default")
+    b.add_argument("--options", type=json.loads, default={}, metavar="JSON",
+                   help="the format's options (validated by edgesmith), for its loader")
     b.add_argument("--timeout", type=float, default=600.0)
     b.add_argument("--energy-root", default="/sys/class/powercap")
     b.add_argument("--prebuilt", action="store_true",
-                   help="C: run the uploaded edgesmith_bench as is (no make)")
+                   help="the upload was built on the host: run it as is (no build here)")
     b.add_argument("--exec-wrapper", action="append", default=[], metavar="WORD",
-                   help="C: run edgesmith_bench under this command (one word per flag), "
-                        "e.g. qemu-aarch64")
+                   help="run a compiled harness under this command (one word per flag), "
+                        "e.g. qemu-aarch64; formats that run in-process ignore it")
     b.add_argument("--stop-on-eof", action="store_true",
                    help="stop, with everything started, when stdin closes (the SSH "
                         "channel or the local pipe of edgesmith bench)")
@@ -752,6 +568,17 @@ def main(argv=None):
     sys.stdout.flush()
     return 0
 
+
+# the script's helper API, handed to every loader as ``rt``
+API = types.SimpleNamespace(
+    Missing=Missing, Unsupported=Unsupported, DeadlineExceeded=DeadlineExceeded,
+    numpy=numpy_or_missing, version=_version, parity=parity, run_child=run_child,
+    remaining=remaining, read_energy_uj=read_energy_uj, write_raw=write_raw,
+    read_raw=read_raw, last_json_line=last_json_line, self_peak_rss_mb=self_peak_rss_mb)
+
+# format -> loader source; empty in devices/remote.py itself, filled in the uploaded copy
+LOADER_SOURCES = {}
+# @@LOADERS@@
 
 if __name__ == "__main__":
     sys.exit(main())

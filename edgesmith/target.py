@@ -107,6 +107,26 @@ class Target:
         return {"format": self.format, "precision": artifact.precision,
                 "files": [artifact.path.name], "runtime": self.device_runtime}
 
+    # -- on a device (`edgesmith bench`) ----------------------------------------------------
+    # a stdlib-only file beside the format's module whose source the uploaded bench script
+    # embeds (devices/remote.py, "format loaders", says what it defines); None: no loader
+    device_loader: ClassVar[Path | None] = None
+    # the Options field a device profile's ``cores`` fills when the profile leaves it unset
+    device_threads_option: ClassVar[str] = ""
+
+    def device_prebuild(self, options: BaseModel, meta: dict[str, Any],
+                        force: bool | None) -> dict[str, Any] | None:
+        """How to build the artifact on this machine for a device (JSON: e.g. a
+        cross-compiler and flags), or None to upload it as it is. ``force``: the user's
+        --prebuilt-c/--no-prebuilt-c, None when not given."""
+        return None
+
+    def build_for_device(self, name: str, folder: Path, plan: dict[str, Any],
+                         out: Path) -> list[str]:
+        """Build ``folder`` (the artifact) as ``plan`` says into the empty folder ``out``;
+        returns the files there to upload instead of the artifact's."""
+        raise NotImplementedError
+
     not_runnable_reason: ClassVar[str] = ""
 
     def host_latency_ms(self, artifact: Artifact, sample: np.ndarray) -> float | None:

@@ -57,6 +57,7 @@ class CTarget(Target):
     precisions = ("fp32", "int8")
     Options = COptions
     device_runtime = ""  # a C compiler and make, nothing to import
+    device_loader = Path(__file__).with_name("c_device.py")  # builds, runs edgesmith_bench
     compat_rules: ClassVar[dict[str, CompatRule]] = _rules()
     default_rule = CompatRule("unsupported", _HINT)
     uses_static_qdq = True
@@ -169,6 +170,20 @@ class CTarget(Target):
             res = run.run_bench(build_dir / "edgesmith_bench", args, cwd=build_dir)
         p50 = (res.get("latency_ms") or {}).get("p50")
         return float(p50) if p50 is not None else None
+
+    def device_prebuild(self, options: BaseModel, meta: dict[str, Any],
+                        force: bool | None) -> dict[str, Any] | None:
+        """{cc, cflags} of an ``edgesmith_bench`` built here (--prebuilt-c, or a profile
+        naming a ``cross_cc``), else None: the device runs make."""
+        from . import c_prebuild
+
+        return c_prebuild.plan(options, meta, force)
+
+    def build_for_device(self, name: str, folder: Path, plan: dict[str, Any],
+                         out: Path) -> list[str]:
+        from . import c_prebuild
+
+        return c_prebuild.build(name, folder, plan, out)
 
     def device_bench_spec(self, artifact: Artifact) -> dict[str, Any]:
         folder = Path(artifact.path)

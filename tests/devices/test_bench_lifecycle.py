@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from edgesmith.devices.bench import BenchEvents, Device, bench
+from edgesmith.devices.bench import BenchEvents, Device
 from edgesmith.errors import DeviceError
+from edgesmith.pipeline.bench import bench  # re-renders the report, as the CLI does
 
 pytestmark = pytest.mark.slow
 CLI = ("import sys, edgesmith.cli.bench; from edgesmith.cli.app import main; "

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from edgesmith.devices.bench import BenchEvents, Device, bench
+from edgesmith.devices.bench import BenchEvents, Device
 from edgesmith.devices.fleet import load_fleet
 from edgesmith.errors import BudgetError, DeviceError, ProfileError
+from edgesmith.pipeline.bench import bench  # re-renders the report, as the CLI does
 
 pytestmark = pytest.mark.slow
 RUNS = 20

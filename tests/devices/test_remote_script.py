@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edgesmith.devices import remote
+from edgesmith.devices import formats, remote, script
 
 
 @pytest.mark.parametrize("dtype", ["<f4", ">f4", "<f8", ">f8"])
@@ -87,9 +87,10 @@ def test_verify_finds_a_tampered_upload(tmp_path):
 
 
 def test_coreml_off_macos_is_unsupported_not_a_crash(tmp_path):
+    uploaded = script.write(formats.discover(), tmp_path)  # the script as a device gets it
     np.save(tmp_path / "x.npy", np.zeros((2, 1, 8, 8), np.float32))
     np.save(tmp_path / "r.npy", np.zeros((2, 10), np.float32))
-    r = subprocess.run([sys.executable, remote.__file__, "bench", "--format", "coreml",
+    r = subprocess.run([sys.executable, uploaded, "bench", "--format", "coreml",
                         "--model", "m.mlpackage", "--input", "x.npy", "--reference", "r.npy"],
                        cwd=tmp_path, capture_output=True, text=True, check=True)
     doc = json.loads(r.stdout)

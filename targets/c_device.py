@@ -1,0 +1,97 @@
+"""The C target on a device: build the uploaded sources with ``make`` (unless the binary was
+built on the host, ``--prebuilt``), then run ``edgesmith_bench``, run by the bench script.
+
+Embedded, not imported, there (``devices/script.py``): standard library only, Python 3.8
+compatible, no numpy (a board with a compiler and nothing else can bench C); ``rt`` is the
+script's helper API. This loader measures by itself (``bench``) rather than handing the
+script a ``run`` to time: the timed loop is the C harness's own.
+"""
+
+import os
+import shutil
+import time
+
+RUNTIMES = ()
+PACKAGE = "make and a C compiler (e.g. apt-get install build-essential)"
+FIGURES = ("p50", "p90", "p99", "min", "max", "mean")
+
+
+def _build(args, folder, exe, result, deadline, rt):
+    """``make`` in the uploaded folder; a prebuilt binary only gets its execute bit back."""
+    if args.prebuilt:  # a binary built on the host (cross-compiled): never run make here
+        if not os.path.isfile(exe):
+            raise RuntimeError(f"--prebuilt, but no edgesmith_bench was uploaded to {folder}")
+        os.chmod(exe, 0o755)  # SFTP does not carry the execute bit
+        result["prebuilt"] = True
+        return
+    if not os.path.exists(os.path.join(folder, "Makefile")):
+        return
+    if shutil.which("make") is None:
+        if not os.access(exe, os.X_OK):
+            raise rt.Missing(PACKAGE)
+        return
+    t_build = time.perf_counter()
+    code, out, err, _ = rt.run_child(["make"], folder, rt.remaining(deadline),
+                                     os.path.join(folder, ".make.log"))
+    result["build_s"] = time.perf_counter() - t_build
+    if code != 0:
+        tail = (out + err).strip().splitlines()[-15:]
+        if "not found" in err and ("cc" in err or "gcc" in err):
+            raise rt.Missing(PACKAGE)
+        raise RuntimeError("make failed (exit {}):\n{}".format(code, "\n".join(tail)))
+
+
+def _energy_source(figures, energy0, energy1):
+    if figures.get("energy_j_per_inference") is not None:
+        return "edgesmith_bench power hooks"
+    if isinstance(energy0, dict) and isinstance(energy1, dict):
+        return "unavailable: RAPL readable, but it would include process start"
+    return "unavailable: %s" % (energy0 if isinstance(energy0, str) else energy1)
+
+
+def bench(args, result, samples, sample_shape, references, deadline, rt):
+    t0 = time.perf_counter()
+    folder = os.path.abspath(args.model)
+    exe = os.path.join(folder, "edgesmith_bench")
+    _build(args, folder, exe, result, deadline, rt)
+    if not os.access(exe, os.X_OK):
+        raise RuntimeError(f"no executable edgesmith_bench in {folder} after the build")
+    result["runtime"] = {"name": "edgesmith C runtime", "version": None}
+    weights = args.weights or ("weights.bin" if os.path.exists(
+        os.path.join(folder, "weights.bin")) else None)
+    base = list(args.exec_wrapper or []) + [exe] + (
+        ["--weights", os.path.join(folder, weights)] if weights else [])
+    if args.exec_wrapper:
+        result["exec_wrapper"] = list(args.exec_wrapper)
+    in_raw, out_raw = os.path.join(folder, ".in.raw"), os.path.join(folder, ".out.raw")
+    outputs = []
+    for s in samples:
+        rt.write_raw(in_raw, s)
+        code, out, err, _ = rt.run_child(base + ["--input", in_raw, "--output", out_raw,
+                                                 "--runs", "1", "--warmup", "0"],
+                                         folder, rt.remaining(deadline), in_raw + ".log")
+        if code != 0:
+            raise RuntimeError(f"edgesmith_bench failed (exit {code}): {err.strip()}")
+        outputs.append(rt.read_raw(out_raw))
+    result["parity"] = rt.parity(outputs, references)
+    rt.write_raw(in_raw, samples[0])
+    energy0 = rt.read_energy_uj(args.energy_root)
+    code, out, err, peak = rt.run_child(
+        base + ["--input", in_raw, "--output", out_raw, "--runs", str(args.runs),
+                "--warmup", str(args.warmup)], folder, rt.remaining(deadline), in_raw + ".log")
+    energy1 = rt.read_energy_uj(args.energy_root)
+    if code != 0:
+        raise RuntimeError(f"edgesmith_bench failed (exit {code}): {err.strip()}")
+    figures = rt.last_json_line(out)
+    if figures is None or "latency_ms" not in figures:
+        raise RuntimeError(f"edgesmith_bench printed no JSON result line: {out[-300:]!r}")
+    lat = figures["latency_ms"]
+    result["latency_ms"] = {k: lat.get(k) for k in FIGURES if lat.get(k) is not None}
+    mean = lat.get("mean") or lat.get("p50")
+    result["throughput_ips"] = 1e3 / mean if mean else None
+    result["peak_rss_mb"] = peak
+    result["c"] = {k: figures.get(k) for k in ("arena_bytes", "weights_bytes", "runs")}
+    if figures.get("energy_j_per_inference") is not None:
+        result["energy_j_per_inference"] = figures["energy_j_per_inference"]
+    result["energy_source"] = _energy_source(figures, energy0, energy1)
+    result["seconds"] = time.perf_counter() - t0
