@@ -159,6 +159,10 @@ class CoreMLTarget(Target):
 def _ct_convert(ctx: ConvertContext, traced, shape, compute: str, units: str):
     import coremltools as ct
 
+    from edgesmith.convert import _coreml_numpy
+
+    if _coreml_numpy.install():
+        ctx.log("coremltools: int/bool casts patched for numpy >= 2.4 (convert/_coreml_numpy.py)")
     return ct.convert(
         traced,
         inputs=[ct.TensorType(name="input", shape=shape, dtype=np.float32)],

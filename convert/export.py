@@ -68,7 +68,12 @@ def trace_torchscript(model, input_shape: tuple[int, ...], path: Path) -> Path:
 
     was_training = model.training
     model.eval()
+    fastpath = torch.backends.mha.get_fastpath_enabled()
     try:
+        # without grad, nn.MultiheadAttention / TransformerEncoderLayer take their fused
+        # fast path (torch._native_multi_head_attention), which coremltools cannot convert;
+        # traced with it off they record the plain matmul/softmax ops
+        torch.backends.mha.set_fastpath_enabled(False)
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             traced = torch.jit.trace(model, torch.zeros(input_shape))
@@ -78,6 +83,7 @@ def trace_torchscript(model, input_shape: tuple[int, ...], path: Path) -> Path:
         raise ConversionError(f"TorchScript trace failed: {type(e).__name__}: {str(e)[:300]}",
                               where=str(path)) from None
     finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
         model.train(was_training)
     write_bytes_atomic(Path(path), buf.getvalue())
     return Path(path)
