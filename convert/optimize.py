@@ -39,17 +39,20 @@ def op_histogram(model) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def ort_session(path: Path):
+def ort_session(path: Path | bytes, log_level: int = 3):
+    """A single-threaded CPU session on a file, or on a serialised graph (bytes)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
-    opts.log_severity_level = 3
-    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    opts.log_severity_level = log_level
+    model = path if isinstance(path, bytes) else str(path)
+    return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
 
 
 def run_ort(path_or_session, x: np.ndarray, batch: int = 256) -> np.ndarray:
-    sess = ort_session(path_or_session) if isinstance(path_or_session, Path | str) \
+    """Outputs on ``x`` in runs of ``batch`` samples (1 for a graph that fixes its batch)."""
+    sess = ort_session(path_or_session) if isinstance(path_or_session, Path | str | bytes) \
         else path_or_session
     name = sess.get_inputs()[0].name
     outs = [sess.run(None, {name: x[i:i + batch]})[0] for i in range(0, len(x), batch)]
@@ -72,7 +75,8 @@ def _remove_dropout_identity(model) -> None:
         graph.node.remove(node)
 
 
-def optimize(src: Path, dst: Path, check_x: np.ndarray) -> OptimizeResult:
+def optimize(src: Path, dst: Path, check_x: np.ndarray, batch: int = 256) -> OptimizeResult:
+    """onnxslim + own passes, checked against ``src`` on ``check_x`` in runs of ``batch``."""
     import onnx
     import onnxslim
 
@@ -89,8 +93,8 @@ def optimize(src: Path, dst: Path, check_x: np.ndarray) -> OptimizeResult:
     onnx.checker.check_model(slim)
     dst.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(slim, str(dst))
-    ref = run_ort(src, check_x)
-    got = run_ort(dst, check_x)
+    ref = run_ort(src, check_x, batch)
+    got = run_ort(dst, check_x, batch)
     err = float(np.max(np.abs(ref - got))) if ref.size else 0.0
     if not err <= PARITY_TOL:
         raise ConversionError(

@@ -114,7 +114,10 @@ def _load(req: BuildRequest, events: Events) -> Inputs:
         targets = stages.resolve_targets(profile, req.targets, str(profile_path))
         loaded = model_mod.load(req.model, arch=req.arch, trust_pickle=req.trust_pickle)
         splits = data_mod.load(req.data, seed=req.seed)
+        loaded = stages.fit_batch(loaded, splits)
         ref = stages.reference(loaded, splits)
+    if loaded.batch.mode != "dynamic":
+        events.info(f"batch: {loaded.batch.detail}")
     events.info(f"reference ({ref.source}) top-1 on {len(splits.val_x)} val samples: "
                 f"{ref.accuracy * 100:.2f}%")
     return Inputs(profile_path, profile, targets, loaded, splits, ref)
@@ -169,9 +172,13 @@ def _export(inputs: Inputs, compressed: Compressed | None, root: Path, work_dir:
             raw = export.export_onnx(model, splits.spec.batch_shape(1), work_dir / "raw.onnx")
             torchscript = export.trace_torchscript(model, splits.spec.batch_shape(1),
                                                    work_dir / "model.ts")
+        elif inputs.loaded.onnx_bytes is not None:  # the graph with its batch made symbolic
+            raw, torchscript = work_dir / "raw.onnx", None
+            raw.write_bytes(inputs.loaded.onnx_bytes)
         else:
             raw, torchscript = inputs.loaded.onnx_path, None
-        opt = optimize.optimize(raw, root / "model.onnx", splits.val_x)
+        opt = optimize.optimize(raw, root / "model.onnx", splits.val_x,
+                                inputs.loaded.batch.max_batch or 256)
     with events.stage("compat", "every node x every target"):
         report_c = compat.check(opt.path, stages.compat_targets(inputs.targets))
         write_json_atomic(root / "compat.json", report_c.to_json())
@@ -198,7 +205,8 @@ def _convert_targets(req: BuildRequest, inputs: Inputs, compressed: Compressed |
         with events.stage(f"target {spec.name}", "convert + validate") as stage, \
                 capture.to_log(root / "logs" / f"{spec.name}.log", published=(root, req.out)):
             r = stages.convert_and_validate(spec, options, ctx_args, inputs.splits, ref, root,
-                                            use_cache=req.use_cache)
+                                            use_cache=req.use_cache,
+                                            max_batch=inputs.loaded.batch.max_batch)
             r.message = capture.shown_paths(r.message, root, req.out)
             if r.status in ("failed", "rejected"):
                 stage.fail()
@@ -233,7 +241,8 @@ def _manifest(req: BuildRequest, inputs: Inputs, compressed: Compressed | None,
         "input": splits.spec.to_json(),
         "data": splits.summary(),
         "reference": reference,
-        "stages": {"export": {"opset": export.DEFAULT_OPSET, "from": inputs.loaded.kind},
+        "stages": {"export": {"opset": export.DEFAULT_OPSET, "from": inputs.loaded.kind,
+                              "batch": inputs.loaded.batch.to_json()},
                    "optimize": exported.optimized.summary(),
                    "compat": exported.compat.counts(), "calibration": calib.summary()},
         "compress": compressed.section if compressed else None,
@@ -272,8 +281,9 @@ def run(req: BuildRequest, events: Events | None = None) -> BuildOutcome:
         compressed = (_compress(req, inputs, root, work_dir, events)
                       if _wants_compress(req, inputs) else None)
         exported = _export(inputs, compressed, root, work_dir, events)
-        calib = from_splits(inputs.splits, inputs.profile.compress.calibration,
-                            warn=events.warn)
+        calib = stages.calibration_for(
+            from_splits(inputs.splits, inputs.profile.compress.calibration, warn=events.warn),
+            inputs.loaded.batch.max_batch)
         results = _convert_targets(req, inputs, compressed, exported, calib, root, work_dir,
                                    events)
         misses = stages.check_budgets(results, inputs.profile.budgets,

@@ -7,15 +7,38 @@ the user did not ask us to.
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
+import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from edgesmith.errors import DataError, ModelLoadError
 
 from .refs import import_callable, is_callable_ref
+
+
+@dataclass(frozen=True)
+class BatchMode:
+    """How the pipeline feeds the model batches. Most published ONNX files fix the batch
+    axis to 1; the pipeline validates in batches, so such a graph is either given a
+    symbolic batch axis (when a run at batch 2 proves the graph allows it) or fed one
+    sample per run everywhere (reference, graph check, calibration, validation)."""
+
+    mode: str = "dynamic"  # dynamic | made-dynamic | per-sample
+    detail: str = ""
+
+    @property
+    def max_batch(self) -> int | None:
+        """The largest batch the model takes; None when any batch runs."""
+        return 1 if self.mode == "per-sample" else None
+
+    def to_json(self) -> dict[str, str]:
+        return {"mode": self.mode, "detail": self.detail}
 
 
 @dataclass
@@ -26,6 +49,15 @@ class LoadedModel:
     torch_model: Any | None = None  # torch.nn.Module, in eval mode
     onnx_path: Path | None = None
     kind: str = "torch"  # torch | torchscript | onnx
+    batch: BatchMode = BatchMode()
+    # the graph with its batch axis made symbolic (``batch.mode == "made-dynamic"``): kept
+    # in memory until the build has a folder to write it to
+    onnx_bytes: bytes | None = None
+
+    @property
+    def onnx_source(self) -> Path | bytes | None:
+        """What onnxruntime runs as this model: the rewritten graph, else the file."""
+        return self.onnx_bytes if self.onnx_bytes is not None else self.onnx_path
 
 
 def _build(ref: str) -> Any:
@@ -195,3 +227,80 @@ def check_input(loaded: LoadedModel, shape: tuple[int, ...], data: str) -> None:
         declared = "[" + ", ".join(str(d) for d in dims) + "]"
         raise _data_does_not_fit(data, shape, loaded.ref,
                                  f"its input {name!r} is declared as {declared}")
+
+
+# a graph that batches correctly computes each sample alone; float reordering across a
+# batch stays far below this, relative to the output's scale
+BATCH_CHECK_REL_TOL = 1e-4
+
+
+def fit_batch(loaded: LoadedModel, x: np.ndarray) -> LoadedModel:
+    """An ONNX model whose input fixes the batch to 1: try the graph with a symbolic batch
+    axis on two samples of ``x`` (the data the build feeds) and keep it when batch 2
+    matches two runs of batch 1; otherwise run it one sample at a time. Some graphs
+    reshape to batch 1 inside, so a symbolic input alone proves nothing: the run decides.
+    Anything else comes back unchanged."""
+    if loaded.onnx_path is None or len(x) < 2:
+        return loaded
+    _, dims = onnx_input_shape(loaded.onnx_path)
+    if not dims or dims[0] != 1:
+        return loaded
+    try:
+        data = _symbolic_batch(loaded.onnx_path)
+        err = _batch2_error(data, x[:2])
+    except Exception as e:  # the graph refuses batch 2: ORT's first line says where
+        return _per_sample(loaded, f"batch 2 fails: {_first_line(e)}")
+    if err > BATCH_CHECK_REL_TOL:
+        return _per_sample(loaded, f"at batch 2 the outputs differ from batch 1 by {err:.2g} "
+                                   "of their range (the graph reshapes to batch 1 inside)")
+    mode = BatchMode("made-dynamic",
+                     "the graph fixes the batch to 1; its batch axis was made symbolic "
+                     f"(batch 2 matches two runs of batch 1: max difference {err:.2g} of "
+                     "the output range)")
+    return dataclasses.replace(loaded, batch=mode, onnx_bytes=data)
+
+
+def _first_line(e: Exception) -> str:
+    """An onnxruntime error's first line without its status prefix, at most 200 chars."""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)[:200]
+
+
+def _per_sample(loaded: LoadedModel, why: str) -> LoadedModel:
+    mode = BatchMode("per-sample", f"the graph fixes the batch to 1 and {why}; every run "
+                                   "feeds one sample")
+    return dataclasses.replace(loaded, batch=mode)
+
+
+def _symbolic_batch(path: Path) -> bytes:
+    """The graph with the first input's and the outputs' leading 1 named ``batch``; the
+    stored intermediate shapes go (they state batch 1 too) and onnxruntime infers them."""
+    import onnx
+
+    model = onnx.load(str(path))
+    weights = {t.name for t in model.graph.initializer}
+    first = next(i for i in model.graph.input if i.name not in weights)
+    for value in [first, *model.graph.output]:
+        dims = value.type.tensor_type.shape.dim
+        if len(dims) and dims[0].HasField("dim_value") and dims[0].dim_value == 1:
+            dims[0].dim_param = "batch"
+    del model.graph.value_info[:]
+    return model.SerializeToString()
+
+
+def _batch2_error(data: bytes, x: np.ndarray) -> float:
+    """Largest difference between one batch-2 run and two batch-1 runs, relative to the
+    outputs' range; a shape that is not (2, ...) raises."""
+    from edgesmith.convert.optimize import ort_session
+
+    sess = ort_session(data, log_level=4)  # the failure is ours to word, not ORT's to log
+    name = sess.get_inputs()[0].name
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    two = np.asarray(sess.run(None, {name: x})[0], dtype=np.float32)
+    ones = np.concatenate([np.asarray(sess.run(None, {name: x[i:i + 1]})[0], np.float32)
+                           for i in range(2)])
+    if two.shape != ones.shape:
+        raise ValueError(f"it gives outputs of shape {list(two.shape)}, not "
+                         f"{list(ones.shape)}")
+    scale = float(np.max(np.abs(ones))) or 1.0
+    return float(np.max(np.abs(two - ones))) / scale

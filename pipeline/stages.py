@@ -10,6 +10,7 @@ import hashlib
 import os
 import tempfile
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import numpy as np
 from edgesmith import __version__, outdir
 from edgesmith.artifact import Artifact, sha256_path
 from edgesmith.errors import ConversionError, EdgesmithError, ModelLoadError, UsageError
+from edgesmith.inputs import CalibrationSet
 from edgesmith.profiles.schema import TargetSpec
 from edgesmith.target import ConvertContext, Target
 from edgesmith.versions import tool_versions
@@ -26,6 +28,7 @@ from edgesmith.versions import tool_versions
 from . import cache, registry, validate
 from .data import Splits, check_labels
 from .model import LoadedModel, check_input
+from .model import fit_batch as fit_batch_to
 
 BENCH_SAMPLES = 16
 
@@ -47,6 +50,15 @@ class Reference:
     source: str  # torch | onnxruntime (when the user gave an .onnx)
 
 
+def fit_batch(loaded: LoadedModel, splits: Splits) -> LoadedModel:
+    """An ONNX model whose graph fixes the batch to 1, made to take the build's batches
+    (``model.fit_batch``) once the data is known to fit its input; others unchanged."""
+    if loaded.onnx_path is None:
+        return loaded
+    check_input(loaded, splits.spec.batch_shape(2), splits.source)
+    return fit_batch_to(loaded, np.concatenate([splits.val_x[:2], splits.train_x[:2]]))
+
+
 def reference(loaded: LoadedModel, splits: Splits) -> Reference:
     check_input(loaded, splits.spec.batch_shape(2), splits.source)
     if loaded.torch_model is not None:
@@ -56,7 +68,7 @@ def reference(loaded: LoadedModel, splits: Splits) -> Reference:
         from edgesmith.convert.optimize import run_ort
 
         try:
-            out = run_ort(loaded.onnx_path, splits.val_x)
+            out = run_ort(loaded.onnx_source, splits.val_x, loaded.batch.max_batch or 256)
         except Exception as e:
             raise ModelLoadError(
                 f"onnxruntime cannot run the model on inputs of shape "
@@ -143,9 +155,11 @@ def _cache_key(target: Target, ctx: ConvertContext) -> str:
 
 
 def convert_and_validate(spec: Any, options: Any, ctx_args: dict[str, Any], splits: Splits,
-                         ref: Reference, root: Path, use_cache: bool = True) -> TargetResult:
-    """One target: convert, then validate; a crash is caught and logged, not propagated,
-    so the other targets of the profile still complete and are reported."""
+                         ref: Reference, root: Path, use_cache: bool = True,
+                         max_batch: int | None = None) -> TargetResult:
+    """One target: convert, then validate (in runs of at most ``max_batch`` samples when
+    the model's graph fixes its batch); a crash is caught and logged, not propagated, so
+    the other targets of the profile still complete and are reported."""
     target = registry.get(spec.format.value)
     out_dir = root / "targets" / spec.name
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -180,7 +194,8 @@ def convert_and_validate(spec: Any, options: Any, ctx_args: dict[str, Any], spli
         run = target.runner(artifact)
         own = target.host_latency_ms(artifact, splits.val_x[:1]) if run is not None else None
         v = validate.validate(run, splits.val_x, splits.val_y, ref.outputs, ref.accuracy,
-                              not_run_reason=target.not_runnable_reason, latency_ms=own)
+                              not_run_reason=target.not_runnable_reason, latency_ms=own,
+                              batch=max_batch or validate.BATCH)
     except Exception as e:
         outdir.raise_if_disk_fault(e, root)
         ctx.log(traceback.format_exc())
@@ -197,6 +212,23 @@ def convert_and_validate(spec: Any, options: Any, ctx_args: dict[str, Any], spli
                             f"{spec.name}: output parity off ({why}); "
                             f"kept in rejected/{spec.name}")
     return TargetResult(spec, artifact, v, "ok")
+
+
+@dataclass(frozen=True)
+class OneSampleCalibration(CalibrationSet):
+    """The calibration set of a model that takes one sample per run (a graph fixing its
+    batch to 1): every converter's ``batches(n)`` gets batches of one."""
+
+    def batches(self, batch_size: int = 1) -> Iterator[np.ndarray]:
+        return super().batches(1)
+
+
+def calibration_for(calib: CalibrationSet, max_batch: int | None) -> CalibrationSet:
+    """``calib`` as the model can take it: one sample per batch when its graph says so."""
+    if max_batch != 1:
+        return calib
+    return OneSampleCalibration(x=calib.x, method=calib.method, percentile=calib.percentile,
+                                per_channel=calib.per_channel, requested=calib.requested)
 
 
 def static_qdq(targets: list[tuple[Any, Any]], fp32_onnx: Path, calib: Any, root: Path,

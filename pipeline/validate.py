@@ -79,7 +79,10 @@ def accuracy(logits: np.ndarray, y: np.ndarray) -> float:
     return float((logits.reshape(len(logits), -1).argmax(1) == y).mean())
 
 
-def run_batched(fn, x: np.ndarray, batch: int = 64) -> np.ndarray:
+BATCH = 64  # samples per validation run, unless the model takes fewer
+
+
+def run_batched(fn, x: np.ndarray, batch: int = BATCH) -> np.ndarray:
     return np.concatenate([np.asarray(fn(x[i:i + batch])) for i in range(0, len(x), batch)])
 
 
@@ -97,13 +100,15 @@ def latency_p50(fn, sample: np.ndarray, runs: int = LATENCY_RUNS) -> float:
 
 def validate(runner, x: np.ndarray, y: np.ndarray, reference: np.ndarray,
              reference_accuracy: float, *, not_run_reason: str = "",
-             measure_latency: bool = True, latency_ms: float | None = None) -> Validation:
+             measure_latency: bool = True, latency_ms: float | None = None,
+             batch: int = BATCH) -> Validation:
     """``latency_ms``, when given, is the format's own measurement (see
-    ``Target.host_latency_ms``) and replaces timing the runner."""
+    ``Target.host_latency_ms``) and replaces timing the runner. ``batch``: samples per
+    run (1 for a model whose graph fixes its batch)."""
     if runner is None:
         return Validation(None, reference_accuracy, None, None, None, None, None, ran=False,
                           note=not_run_reason or "not run on this host")
-    out = run_batched(runner, x).astype(np.float32).reshape(reference.shape)
+    out = run_batched(runner, x, batch).astype(np.float32).reshape(reference.shape)
     if not np.isfinite(out).all():  # an fp16 overflow, a broken kernel: never "close enough"
         bad = int((~np.isfinite(out)).sum())
         return Validation(None, reference_accuracy, None, None, None, None, None, ran=True,
