@@ -14,7 +14,13 @@ import numpy as np
 
 from edgesmith.errors import ConversionError
 
-PARITY_TOL = 1e-5
+# Folding constants or fusing ops reorders float arithmetic, which moves each output by a
+# few ulps of the largest values the graph computes: 2.7e-5 on a 21 MB ViT whose logits are
+# large. An optimiser bug moves outputs by a visible fraction of their scale. So the check
+# is relative to the output scale (max |reference|): 1e-4 of it, about 800 float32 ulps and
+# far below any real rewrite error, with an absolute floor for outputs that are all ~0.
+PARITY_RTOL = 1e-4
+PARITY_ATOL = 1e-5
 
 
 @dataclass(frozen=True)
@@ -25,11 +31,34 @@ class OptimizeResult:
     ops_before: dict[str, int]
     ops_after: dict[str, int]
     max_abs_err: float
+    output_scale: float  # max |output| of the export on the check data
+    tolerance: float  # the absolute tolerance that scale gave
 
     def summary(self) -> dict[str, object]:
         return {"nodes_before": self.nodes_before, "nodes_after": self.nodes_after,
                 "ops_before": self.ops_before, "ops_after": self.ops_after,
-                "parity_max_abs_err": self.max_abs_err, "parity_tolerance": PARITY_TOL}
+                "parity_max_abs_err": self.max_abs_err, "parity_tolerance": self.tolerance,
+                "parity_rtol": PARITY_RTOL, "parity_output_scale": self.output_scale}
+
+
+def parity_tolerance(scale: float) -> float:
+    """The largest difference float reordering explains for outputs of this scale."""
+    return max(PARITY_ATOL, PARITY_RTOL * scale)
+
+
+def check_parity(ref: np.ndarray, got: np.ndarray, where: str) -> tuple[float, float, float]:
+    """(max abs error, output scale, tolerance) of ``got`` against ``ref``; raises when the
+    error is more than float reordering explains."""
+    err = float(np.max(np.abs(ref - got))) if ref.size else 0.0
+    scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+    tol = parity_tolerance(scale)
+    if not err <= tol:  # NaN fails too
+        raise ConversionError(
+            f"optimised graph differs from the export by {err:.3g} (tolerance {tol:.3g}: "
+            f"{PARITY_RTOL:g} of the output scale {scale:.3g})",
+            where=where, fix="this is an optimiser bug; please report it with the model",
+        )
+    return err, scale, tol
 
 
 def op_histogram(model) -> dict[str, int]:
@@ -95,11 +124,6 @@ def optimize(src: Path, dst: Path, check_x: np.ndarray, batch: int = 256) -> Opt
     onnx.save(slim, str(dst))
     ref = run_ort(src, check_x, batch)
     got = run_ort(dst, check_x, batch)
-    err = float(np.max(np.abs(ref - got))) if ref.size else 0.0
-    if not err <= PARITY_TOL:
-        raise ConversionError(
-            f"optimised graph differs from the export by {err:.3g} (tolerance {PARITY_TOL})",
-            where=str(dst), fix="this is an optimiser bug; please report it with the model",
-        )
+    err, scale, tol = check_parity(ref, got, str(dst))
     return OptimizeResult(dst, len(model.graph.node), len(slim.graph.node), before,
-                          op_histogram(slim), err)
+                          op_histogram(slim), err, scale, tol)

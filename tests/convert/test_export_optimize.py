@@ -54,7 +54,7 @@ def test_optimize_folds_bn_drops_dropout_and_keeps_numerics(tmp_path, splits):
     assert "BatchNormalization" not in res.ops_after
     assert "Dropout" not in res.ops_after and "Identity" not in res.ops_after
     assert res.nodes_after < sum(before.values())
-    assert res.max_abs_err <= optimize.PARITY_TOL
+    assert res.max_abs_err <= res.tolerance == optimize.parity_tolerance(res.output_scale)
 
 
 def test_op_without_onnx_export_is_a_conversion_error_naming_it(tmp_path, capfd):
