@@ -17,8 +17,9 @@ GRAPH_OPTIMIZATION = {"all": "ORT_ENABLE_ALL", "basic": "ORT_ENABLE_BASIC",
                       "none": "ORT_DISABLE_ALL"}
 
 
-def load(args, sample_shape, rt):
-    np = rt.numpy()
+def session(args, rt):
+    """The onnxruntime session the device times: the target's threads and graph
+    optimisation level, as the build's validation ran it."""
     try:
         import onnxruntime as ort
     except ImportError:
@@ -29,7 +30,13 @@ def load(args, sample_shape, rt):
     so.inter_op_num_threads = 1
     level = GRAPH_OPTIMIZATION[args.options.get("graph_optimization", "all")]
     so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
-    sess = ort.InferenceSession(args.model, so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(args.model, so, providers=["CPUExecutionProvider"])
+
+
+def load(args, sample_shape, rt):
+    np = rt.numpy()
+    sess = session(args, rt)
+    import onnxruntime as ort
     inp = sess.get_inputs()[0]
     dtype = np.float16 if inp.type == "tensor(float16)" else np.float32
     name = inp.name

@@ -19,6 +19,8 @@ from edgesmith.artifact import Artifact
 from edgesmith.errors import ConversionError
 from edgesmith.target import CompatRule, ConvertContext, Runner, Target
 
+from . import onnx_device
+
 # ORT has no MSE calibrator; its histogram "Distribution" method is the closest relative.
 _ORT_METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile",
                 "mse": "Distribution"}
@@ -136,9 +138,9 @@ class OnnxTarget(Target):
 
 
 # the profile's ``graph_optimization`` option -> onnxruntime's level (validated and on-device
-# runs use the same setting: "basic" keeps QDQ models unfused, as some NPU delegates need)
-GRAPH_OPTIMIZATION = {"all": "ORT_ENABLE_ALL", "basic": "ORT_ENABLE_BASIC",
-                      "none": "ORT_DISABLE_ALL"}
+# runs use the same setting: "basic" keeps QDQ models unfused, as some NPU delegates need);
+# one table, in the device loader, which a device runs without edgesmith
+GRAPH_OPTIMIZATION = onnx_device.GRAPH_OPTIMIZATION
 
 
 def _session(path: Path, threads: int, graph_optimization: str = "all"):
