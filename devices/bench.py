@@ -142,7 +142,7 @@ def bench(build_dir: Path, devices: list[Device], *, runs: int = DEFAULT_RUNS,
     check_devices(devices)
     # the lock `edgesmith build` takes: no rebuild can swap the artifacts (and manifest)
     # between reading them here and merging their results
-    with outdir.lock(Path(build_dir), on_wait=events.warn):
+    with outdir.lock(Path(build_dir), on_wait=events.warn, job="bench"):
         build = load_build(build_dir)
         results = interrupt.run(bench_devices(
             build, devices, runs=runs, warmup=warmup, keep=keep, concurrency=concurrency,

@@ -132,28 +132,39 @@ def _open_lock(out: Path) -> IO[str]:
 
 
 @contextmanager
-def lock(out: Path, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
-    """Hold DIR's lock, waiting (and saying so) for the holder; then put right a publish
-    that a kill cut short, so every lock holder finds DIR whole."""
+def lock(out: Path, on_wait: Callable[[str], None] | None = None,
+         job: str = "build") -> Iterator[None]:
+    """Hold DIR's lock, waiting (and saying so, naming the holder's ``job``: build or
+    bench) for the holder; then put right a publish that a kill cut short, so every lock
+    holder finds DIR whole. The lock file holds "JOB PID" while held."""
     out = _resolve(Path(out))
     with _open_lock(out) as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.seek(0)
-            holder = f.read().strip() or "another process"
             if on_wait:
-                on_wait(f"waiting for the build already writing {out} (pid {holder}) to finish")
+                on_wait(_waiting(out, f.read()))
             fcntl.flock(f, fcntl.LOCK_EX)
         try:
             f.seek(0)
             f.truncate()
-            f.write(str(os.getpid()))
+            f.write(f"{job} {os.getpid()}")
             f.flush()
             _recover(out)
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _waiting(out: Path, holder: str) -> str:
+    """"waiting for the bench already running on DIR (pid N)": the holder's job and pid as
+    its lock file says (a bare pid: a build of an older edgesmith)."""
+    words = holder.split()
+    job, pid = (words[0], words[1]) if len(words) == 2 else ("build", words[0] if words
+                                                              else "another process")
+    doing = "writing" if job == "build" else "running on"
+    return f"waiting for the {job} already {doing} {out} (pid {pid}) to finish"
 
 
 def recover(out: Path) -> None:
