@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,33 @@ def _bench_rows(manifest: dict[str, Any]) -> list[list[str]]:
 BENCH_HEADER = ["device", "target", "status", "p50 ms", "p99 ms", "peak RSS MB", "note"]
 
 
+def _when(unix: Any) -> str:
+    if not isinstance(unix, int | float):
+        return "at an unknown time"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(unix))
+
+
+def _bench_notes(manifest: dict[str, Any]) -> list[str]:
+    """What the bench table cannot show: a device's failed last run (its earlier results
+    are kept above) and results of artifacts the build no longer holds."""
+    notes = []
+    for device, result in sorted((manifest.get("bench") or {}).items()):
+        if not isinstance(result, dict):
+            continue
+        err = result.get("last_error")
+        if isinstance(err, dict):
+            fix = f" (fix: {err['fix']})" if err.get("fix") else ""
+            notes.append(f"{device}: the last run ({_when(err.get('unix'))}) failed "
+                         f"({err.get('status', '?')}): {err.get('what')}{fix}; the results "
+                         "shown are from earlier runs")
+        for stale in result.get("stale_targets") or []:
+            sha = str(stale.get("artifact_sha256") or "?")[:12]
+            notes.append(f"{device}/{stale.get('name')}: results measured "
+                         f"{_when(stale.get('measured_unix'))} on artifact sha256 {sha}..., "
+                         "which the build no longer holds: not shown, bench again")
+    return notes
+
+
 def _plots(root: Path, manifest: dict[str, Any]) -> list[str]:
     made = []
     try:
@@ -137,6 +165,9 @@ def render_markdown(manifest: dict[str, Any], images: list[str]) -> str:
     if manifest.get("bench"):
         parts += ["## On-device benchmarks", "", _md_table(BENCH_HEADER, _bench_rows(manifest)),
                   ""]
+        bench_notes = _bench_notes(manifest)
+        if bench_notes:
+            parts += ["Notes:", "", *[f"- {n}" for n in bench_notes], ""]
     parts += [f"![{img}]({img})" for img in images]
     return "\n".join(parts) + "\n"
 
@@ -163,6 +194,9 @@ def render_html(manifest: dict[str, Any], images: list[str]) -> str:
     if manifest.get("bench"):
         sections += ["<h2>On-device benchmarks</h2>",
                      _html_table(BENCH_HEADER, _bench_rows(manifest))]
+        items = "".join(f"<li>{html.escape(n)}</li>" for n in _bench_notes(manifest))
+        if items:
+            sections.append(f"<ul>{items}</ul>")
     sections += [f'<img src="{html.escape(i)}" alt="{html.escape(i)}">' for i in images]
     style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
              "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}"
