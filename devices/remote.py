@@ -427,7 +427,11 @@ def system_info():
     runtimes = {}
     known = [("numpy", "numpy")]
     for fmt in sorted(LOADER_SOURCES):
-        known += [pair for pair in getattr(loader(fmt), "RUNTIMES", ()) if pair not in known]
+        try:
+            pairs = getattr(loader(fmt), "RUNTIMES", ())
+        except Exception:  # noqa: BLE001  one broken loader must not hide the others
+            continue
+        known += [pair for pair in pairs if pair not in known]
     for module, dist in known:
         try:
             found = importlib.util.find_spec(module) is not None
