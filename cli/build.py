@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from edgesmith.pipeline import build as build_mod
+from edgesmith.pipeline.data import SplitRule
 
 from .app import app, out_console
 from .render import RichEvents, print_whole, targets_table
@@ -46,6 +47,20 @@ TARGETS = typer.Option(None, "--target", "-t",
 NO_BUDGET = typer.Option(False, help="report budget misses instead of failing")
 FORCE = typer.Option(False, "--force", help="redo every stage; ignore the cache")
 JSON = typer.Option(False, "--json", help="print the summary as JSON on stdout")
+VAL_FRACTION = typer.Option(None, help="fraction of the data held out for validation "
+                                       "(default 0.2; train and calibration share the rest "
+                                       "7:1); the build says when the split is too small to "
+                                       "judge the accuracy budget")
+VAL_SAMPLES = typer.Option(None, help="validation samples to hold out, instead of "
+                                      "--val-fraction")
+SKIP_UNSUPPORTED = typer.Option(False, "--skip-unsupported",
+                                help="build the targets that can express every node and list "
+                                     "the others as skipped (with the nodes), instead of "
+                                     "stopping before any work")
+FINETUNE_EPOCHS = typer.Option(None, help="override compress.prune.finetune_epochs "
+                                          "(fine-tune after pruning)")
+FINETUNE_LR = typer.Option(None, help="override compress.prune.lr (fine-tune learning rate)")
+QAT_EPOCHS = typer.Option(None, help="override compress.qat.epochs")
 
 
 @app.command()
@@ -59,8 +74,14 @@ def build(
     target: list[str] = TARGETS,
     prune_ratio: float = typer.Option(None, help="override the profile's channel prune ratio"),
     qat: bool = typer.Option(None, "--qat/--no-qat", help="override the profile's QAT setting"),
+    finetune_epochs: int = FINETUNE_EPOCHS,
+    finetune_lr: float = FINETUNE_LR,
+    qat_epochs: int = QAT_EPOCHS,
     no_budget: bool = NO_BUDGET,
     seed: int = typer.Option(0, help="seed of the data split and training"),
+    val_fraction: float = VAL_FRACTION,
+    val_samples: int = VAL_SAMPLES,
+    skip_unsupported: bool = SKIP_UNSUPPORTED,
     force: bool = FORCE,
     as_json: bool = JSON,
 ) -> None:
@@ -72,8 +93,11 @@ def build(
     """
     _run(build_mod.BuildRequest(model=model, data=data, profile=profile, out=out, arch=arch,
                                 trust_pickle=trust_pickle, targets=target or [],
-                                prune_ratio=prune_ratio, qat=qat, no_budget=no_budget,
-                                seed=seed, use_cache=not force), as_json)
+                                prune_ratio=prune_ratio, qat=qat,
+                                finetune_epochs=finetune_epochs, finetune_lr=finetune_lr,
+                                qat_epochs=qat_epochs, no_budget=no_budget, seed=seed,
+                                use_cache=not force, split=SplitRule(val_fraction, val_samples),
+                                skip_unsupported=skip_unsupported), as_json)
 
 
 @app.command()
@@ -87,6 +111,9 @@ def convert(
     target: list[str] = TARGETS,
     no_budget: bool = NO_BUDGET,
     seed: int = typer.Option(0, help="seed of the data split"),
+    val_fraction: float = VAL_FRACTION,
+    val_samples: int = VAL_SAMPLES,
+    skip_unsupported: bool = SKIP_UNSUPPORTED,
     force: bool = FORCE,
     as_json: bool = JSON,
 ) -> None:
@@ -98,4 +125,5 @@ def convert(
     _run(build_mod.BuildRequest(model=model, data=data, profile=profile, out=out, arch=arch,
                                 trust_pickle=trust_pickle, targets=target or [],
                                 compress=False, no_budget=no_budget, seed=seed,
-                                use_cache=not force), as_json)
+                                use_cache=not force, split=SplitRule(val_fraction, val_samples),
+                                skip_unsupported=skip_unsupported), as_json)

@@ -48,6 +48,11 @@ def compress(
     prune_ratio: float = typer.Option(None, help="channel prune ratio in (0, 1); overrides "
                                                  "the profile and enables pruning"),
     qat: bool = typer.Option(None, "--qat/--no-qat", help="override the profile's QAT setting"),
+    finetune_epochs: int = typer.Option(None, help="override compress.prune.finetune_epochs "
+                                                   "(fine-tune after pruning)"),
+    finetune_lr: float = typer.Option(None, help="override compress.prune.lr (fine-tune "
+                                                 "learning rate)"),
+    qat_epochs: int = typer.Option(None, help="override compress.qat.epochs"),
     no_budget: bool = typer.Option(False, help="report accuracy-budget misses, don't fail"),
     arch: str = typer.Option(None, help="callable building the architecture of a state dict"),
     trust_pickle: bool = typer.Option(False, help="allow arbitrary pickles in .pt (runs code!)"),
@@ -60,6 +65,7 @@ def compress(
 
     Example: edgesmith compress examples/digits/digits.pt --arch examples/digits/model.py:build
     --data digits --profile host --out build/compressed --prune-ratio 0.3 --qat
+    --finetune-epochs 5 --finetune-lr 0.02 --qat-epochs 2
     """
     from edgesmith.pipeline.compress import compress_refs
 
@@ -70,7 +76,8 @@ def compress(
     with bars if bars is not None else nullcontext():
         manifest = compress_refs(model, data, profile, out, arch=arch, trust_pickle=trust_pickle,
                                  seed=seed, prune_ratio=prune_ratio, qat=qat,
-                                 no_budget=no_budget,
+                                 finetune_epochs=finetune_epochs, finetune_lr=finetune_lr,
+                                 qat_epochs=qat_epochs, no_budget=no_budget,
                                  progress=_Bars(bars) if bars is not None else None)
     section = manifest["compress"]
     if as_json:

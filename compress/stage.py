@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import ValidationError
 from torch import nn
 
 from edgesmith.artifact import sha256_path
-from edgesmith.errors import BudgetError, ModelLoadError
+from edgesmith.errors import BudgetError, ModelLoadError, UsageError
 
 from . import gates
 from .artifacts import export_onnx, save_state_dict, save_torchscript
@@ -90,21 +91,56 @@ def _prune_fix(prune_cfg: Any) -> str:
     target = (f"ratio {prune_cfg.ratio}" if prune_cfg.ratio is not None
               else f"macs_reduction {prune_cfg.macs_reduction}")
     return (f"lower the pruning target (now {target}) or raise "
-            f"compress.prune.finetune_epochs (now {prune_cfg.finetune_epochs})")
+            f"compress.prune.finetune_epochs (now {prune_cfg.finetune_epochs}; "
+            "--finetune-epochs on the command line)")
 
 
 def _qat_fix(qat_cfg: Any) -> str:
-    return (f"raise compress.qat.epochs (now {qat_cfg.epochs}), try preset 'mixed', or add "
-            "sensitive layers (the first conv, the classifier) to compress.qat.ignored_scopes")
+    return (f"raise compress.qat.epochs (now {qat_cfg.epochs}; --qat-epochs), try preset "
+            "'mixed', or add sensitive layers (the first conv, the classifier) to "
+            "compress.qat.ignored_scopes")
 
 
-def _steps(cfg: Any, prune_ratio: float | None, qat: bool | None) -> tuple[Any, bool, bool]:
-    """(prune settings, prune?, QAT?) from the profile, with the CLI's overrides applied."""
-    prune_cfg = cfg.prune
+# the CLI flags that override a profile's training settings, by (section, field)
+_FLAGS = {("prune", "finetune_epochs"): "--finetune-epochs", ("prune", "lr"): "--finetune-lr",
+          ("qat", "epochs"): "--qat-epochs"}
+
+
+def apply_overrides(cfg: Any, *, prune_ratio: float | None = None, qat: bool | None = None,
+                    finetune_epochs: int | None = None, finetune_lr: float | None = None,
+                    qat_epochs: int | None = None) -> Any:
+    """The profile's ``compress`` section with the CLI's overrides. Epochs and learning
+    rate are checked by the profile's own schema (one rule for YAML and flags); a setting
+    for a step that does not run is refused rather than silently ignored. The prune ratio
+    is checked where pruning starts (``prune.prune``), as before."""
+    given = {("prune", "finetune_epochs"): finetune_epochs, ("prune", "lr"): finetune_lr,
+             ("qat", "epochs"): qat_epochs}
+    data = cfg.model_dump()
+    for (section, key), value in given.items():
+        if value is not None:
+            data[section][key] = value
+    try:
+        cfg = type(cfg).model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = tuple(err["loc"][:2])
+        raise UsageError(f"{_FLAGS.get(loc, '.'.join(map(str, loc)))} {given.get(loc)}: "
+                         f"{err['msg'][0].lower()}{err['msg'][1:]}",
+                         fix="epochs are 0..1000, learning rates > 0") from None
+    prune = cfg.prune
     if prune_ratio is not None:
-        prune_cfg = prune_cfg.model_copy(update={"enabled": True, "ratio": prune_ratio,
-                                                 "macs_reduction": None})
-    return prune_cfg, prune_cfg.enabled, cfg.qat.enabled if qat is None else qat
+        prune = prune.model_copy(update={"enabled": True, "ratio": prune_ratio,
+                                         "macs_reduction": None})
+    qat_cfg = cfg.qat if qat is None else cfg.qat.model_copy(update={"enabled": qat})
+    if (finetune_epochs is not None or finetune_lr is not None) and not prune.enabled:
+        raise UsageError("--finetune-epochs/--finetune-lr set the fine-tune that follows "
+                         "pruning, but nothing is pruned",
+                         fix="add --prune-ratio R, or use a profile whose compress.prune is "
+                             "enabled")
+    if qat_epochs is not None and not qat_cfg.enabled:
+        raise UsageError("--qat-epochs sets quantization-aware training, which is off",
+                         fix="add --qat, or use a profile whose compress.qat is enabled")
+    return cfg.model_copy(update={"prune": prune, "qat": qat_cfg})
 
 
 def _prune_and_finetune(work: nn.Module, example: torch.Tensor, splits: Any, prune_cfg: Any,
@@ -164,8 +200,12 @@ def run_compress(
     no_budget: bool = False,
     progress: Progress | None = None,
     events: Any = None,
+    finetune_epochs: int | None = None,
+    finetune_lr: float | None = None,
+    qat_epochs: int | None = None,
 ) -> CompressResult:
-    """Run the steps ``profile.compress`` enables (``prune_ratio``/``qat`` override it).
+    """Run the steps ``profile.compress`` enables (``prune_ratio``/``qat`` and the
+    epoch/learning-rate settings override it: ``apply_overrides``).
 
     ``progress`` receives ``{"stage", "event": "start", "epochs"}``, per-epoch
     ``{"stage", "event": "epoch", "epoch", "epochs", "loss", "val_accuracy", "lr"}`` and
@@ -179,9 +219,11 @@ def run_compress(
     # longer than 60 lines only through its signature and this docstring: the body is the
     # step order the manifest records (prune -> gate -> save -> QAT -> gate), a call each
     start = time.perf_counter()
-    cfg = profile.compress
+    cfg = apply_overrides(profile.compress, prune_ratio=prune_ratio, qat=qat,
+                          finetune_epochs=finetune_epochs, finetune_lr=finetune_lr,
+                          qat_epochs=qat_epochs)
     budget = profile.budgets.accuracy_drop
-    prune_cfg, do_prune, do_qat = _steps(cfg, prune_ratio, qat)
+    prune_cfg, do_prune, do_qat = cfg.prune, cfg.prune.enabled, cfg.qat.enabled
     if isinstance(model, torch.jit.ScriptModule) and (do_prune or do_qat):
         raise ModelLoadError(
             "a TorchScript model cannot be pruned or quantization-aware trained",

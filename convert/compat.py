@@ -50,17 +50,31 @@ class Report:
         return {"targets": self.targets, "counts": self.counts(),
                 "rows": [asdict(r) for r in self.rows]}
 
-    def raise_for_unsupported(self) -> None:
+    def unsupported_nodes(self, target: str) -> list[dict[str, str]]:
+        """The nodes ``target`` cannot express, with the hint its rules give."""
+        return [{"node": r.node, "op_type": r.op_type, "hint": r.hints[target]}
+                for r in self.rows if r.status[target] == "unsupported"]
+
+    def raise_for_unsupported(self, skip: bool = False) -> list[str]:
+        """Stop before any work when a requested target cannot express a node. With
+        ``skip`` (``--skip-unsupported``) return those targets instead, in profile order,
+        for the build to go on without; it stops anyway when none would be left."""
         problems = self.problems()
         if not problems:
-            return
+            return []
+        blocked = [t for t in self.targets if any(r.status[t] == "unsupported"
+                                                  for r in self.rows)]
+        if skip and len(blocked) < len(self.targets):
+            return blocked
         lines = [f"  {r.node} ({r.op_type}) -> {t}: {r.hints[t] or 'not supported'}"
                  for r, t in problems[:20]]
         more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
+        none_left = " (--skip-unsupported leaves no target to build)" if skip else ""
         raise UnsupportedOpError(
-            f"{len(problems)} node(s) cannot be converted for the requested targets:\n"
-            + "\n".join(lines) + more,
-            fix="replace the op in the model, or drop the target from the profile; "
+            f"{len(problems)} node(s) cannot be converted for the requested targets"
+            f"{none_left}:\n" + "\n".join(lines) + more,
+            fix="replace the op in the model, drop the target from the profile, or pass "
+                "--skip-unsupported to build the other targets; "
                 "`edgesmith inspect MODEL --profile P` shows the full table",
         )
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import platform
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,8 +27,8 @@ from edgesmith.versions import tool_versions
 
 from . import data as data_mod
 from . import model as model_mod
-from . import report, stages
-from .events import Events
+from . import report, stages, validate
+from .events import Events, StageOutcome
 
 
 @dataclass
@@ -42,8 +44,13 @@ class BuildRequest:
     compress: bool | None = None  # None: as the profile says
     prune_ratio: float | None = None
     qat: bool | None = None
+    finetune_epochs: int | None = None  # these three override the profile's compress section
+    finetune_lr: float | None = None
+    qat_epochs: int | None = None
     seed: int = 0
     use_cache: bool = True  # --force turns it off
+    split: data_mod.SplitRule = field(default_factory=data_mod.SplitRule)  # --val-*
+    skip_unsupported: bool = False  # build the targets that can express every node
 
 
 def _input_hashes(req: BuildRequest, profile_path: Path, splits) -> dict[str, str]:
@@ -88,6 +95,7 @@ class Exported:
     optimized: Any  # convert.optimize.Optimized
     torchscript: Path | None
     compat: Any  # convert.compat.Report
+    skipped: list[str] = field(default_factory=list)  # --skip-unsupported: not built
 
 
 @dataclass
@@ -98,6 +106,33 @@ class BuildOutcome:
 
     manifest: dict[str, Any]
     error: EdgesmithError | None = None
+
+
+class _Timed(Events):
+    """The caller's events, with each stage's wall time noted for the manifest's
+    ``timings``: where a build's minutes go (a converter, the fine-tune, validation)."""
+
+    def __init__(self, inner: Events):
+        self.inner = inner
+        self.timings: list[dict[str, Any]] = []
+
+    @contextmanager
+    def stage(self, name: str, detail: str = "") -> Iterator[StageOutcome]:
+        t0 = time.perf_counter()
+        try:
+            with self.inner.stage(name, detail) as outcome:
+                yield outcome
+        finally:
+            self.timings.append({"stage": name, "seconds": round(time.perf_counter() - t0, 3)})
+
+    def info(self, message: str) -> None:
+        self.inner.info(message)
+
+    def warn(self, message: str) -> None:
+        self.inner.warn(message)
+
+    def epoch(self, stage: str, epoch: int, total: int, **figures: float) -> None:
+        self.inner.epoch(stage, epoch, total, **figures)
 
 
 def _model_bytes(loaded: model_mod.LoadedModel) -> int:
@@ -111,16 +146,37 @@ def _load(req: BuildRequest, events: Events) -> Inputs:
     with events.stage("load", "profile, model, data"):
         profile_path = resolve_path(req.profile)
         profile = load_profile(profile_path)
+        _check_overrides(req, profile)
         targets = stages.resolve_targets(profile, req.targets, str(profile_path))
         loaded = model_mod.load(req.model, arch=req.arch, trust_pickle=req.trust_pickle)
-        splits = data_mod.load(req.data, seed=req.seed)
+        splits = data_mod.load(req.data, seed=req.seed, rule=req.split)
         loaded = stages.fit_batch(loaded, splits)
         ref = stages.reference(loaded, splits)
     if loaded.batch.mode != "dynamic":
         events.info(f"batch: {loaded.batch.detail}")
+    lo, hi = ref.accuracy_ci95 or (ref.accuracy, ref.accuracy)
     events.info(f"reference ({ref.source}) top-1 on {len(splits.val_x)} val samples: "
-                f"{ref.accuracy * 100:.2f}%")
+                f"{ref.accuracy * 100:.2f}% (95% CI {lo * 100:.2f}-{hi * 100:.2f}%)")
+    too_small = validate.resolution_warning(
+        validate.resolution(len(splits.val_y), profile.budgets.accuracy_drop))
+    if too_small:
+        events.warn(too_small)
     return Inputs(profile_path, profile, targets, loaded, splits, ref)
+
+
+def _overrides(req: BuildRequest) -> dict[str, Any]:
+    return dict(prune_ratio=req.prune_ratio, qat=req.qat, finetune_epochs=req.finetune_epochs,
+                finetune_lr=req.finetune_lr, qat_epochs=req.qat_epochs)
+
+
+def _check_overrides(req: BuildRequest, profile: Profile) -> None:
+    """A mistaken --finetune-*/--qat-epochs stops the build before any work. Only then is
+    compress/ (and torch with it, ~2-4 s) imported here."""
+    if req.finetune_epochs is None and req.finetune_lr is None and req.qat_epochs is None:
+        return
+    from edgesmith.compress.stage import apply_overrides
+
+    apply_overrides(profile.compress, **_overrides(req))
 
 
 def _wants_compress(req: BuildRequest, inputs: Inputs) -> bool:
@@ -144,25 +200,28 @@ def _compress(req: BuildRequest, inputs: Inputs, root: Path, work_dir: Path,
     with events.stage("compat", "before compressing: every node x every target"):
         pre = export.export_onnx(inputs.loaded.torch_model, splits.spec.batch_shape(1),
                                  work_dir / "precheck.onnx")
-        compat.check(pre, stages.compat_targets(inputs.targets)).raise_for_unsupported()
+        compat.check(pre, stages.compat_targets(inputs.targets)).raise_for_unsupported(
+            req.skip_unsupported)
     with capture.to_log(root / "logs" / "compress.log"):  # NNCF's progress bars, torch's
         result = run_compress(inputs.loaded.torch_model, splits, inputs.profile,
-                              root / "compress", prune_ratio=req.prune_ratio, qat=req.qat,
-                              no_budget=req.no_budget, events=events)
+                              root / "compress", no_budget=req.no_budget, events=events,
+                              **_overrides(req))
     if result.error is not None:
         raise result.error  # nothing is published: the build stops at the failing gate
     # accuracy drops stay relative to the original FP32 model, as budgets define them
     compressed = stages.reference(model_mod.LoadedModel(req.model, torch_model=result.model),
                                   splits)
-    ref = stages.Reference(compressed.outputs, inputs.reference.accuracy, "torch (compressed)")
+    ref = stages.Reference(compressed.outputs, inputs.reference.accuracy, "torch (compressed)",
+                           inputs.reference.correct)
     return Compressed(result.model, result.paths["onnx"], result.paths["model_pt"],
                       result.qdq_onnx, result.section, ref, compressed.accuracy)
 
 
 def _export(inputs: Inputs, compressed: Compressed | None, root: Path, work_dir: Path,
-            events: Events) -> Exported:
+            events: Events, skip: bool = False) -> Exported:
     """One ONNX export per model version (compress/ already exported the compressed one),
-    graph optimisation checked against the export, then the op-compat gate."""
+    graph optimisation checked against the export, then the op-compat gate (which, with
+    ``skip``, names the targets to leave out instead of stopping)."""
     splits = inputs.splits
     with events.stage("export", "ONNX opset 17 + graph optimisation"):
         if compressed is not None:
@@ -182,8 +241,8 @@ def _export(inputs: Inputs, compressed: Compressed | None, root: Path, work_dir:
     with events.stage("compat", "every node x every target"):
         report_c = compat.check(opt.path, stages.compat_targets(inputs.targets))
         write_json_atomic(root / "compat.json", report_c.to_json())
-        report_c.raise_for_unsupported()
-    return Exported(opt, torchscript, report_c)
+        skipped = report_c.raise_for_unsupported(skip)
+    return Exported(opt, torchscript, report_c, skipped)
 
 
 def _convert_targets(req: BuildRequest, inputs: Inputs, compressed: Compressed | None,
@@ -191,8 +250,10 @@ def _convert_targets(req: BuildRequest, inputs: Inputs, compressed: Compressed |
                      events: Events) -> list[stages.TargetResult]:
     """Every target from the same files: the optimised FP32 ONNX, the QAT model if any,
     and the static QDQ model made once here. No target sees another's result."""
+    built = [(spec, options) for spec, options in inputs.targets
+             if spec.name not in exported.skipped]
     with events.stage("quantize", "static INT8 QDQ model for the INT8 targets"):
-        static_qdq = stages.static_qdq(inputs.targets, exported.optimized.path, calib, root,
+        static_qdq = stages.static_qdq(built, exported.optimized.path, calib, root,
                                        req.use_cache)
     ctx_args = dict(fp32_onnx=exported.optimized.path, spec=inputs.splits.spec, calib=calib,
                     profile=inputs.profile, work_dir=work_dir, torchscript=exported.torchscript,
@@ -201,6 +262,10 @@ def _convert_targets(req: BuildRequest, inputs: Inputs, compressed: Compressed |
     ref = compressed.reference if compressed else inputs.reference
     results = []
     for spec, options in inputs.targets:
+        if spec.name in exported.skipped:
+            results.append(stages.skipped(spec, exported.compat.unsupported_nodes(spec.name)))
+            events.warn(results[-1].message)
+            continue
         # what the converters and runtimes print (absl, oneDNN, XNNPACK) goes to its log
         with events.stage(f"target {spec.name}", "convert + validate") as stage, \
                 capture.to_log(root / "logs" / f"{spec.name}.log", published=(root, req.out)):
@@ -218,11 +283,13 @@ def _convert_targets(req: BuildRequest, inputs: Inputs, compressed: Compressed |
 
 def _manifest(req: BuildRequest, inputs: Inputs, compressed: Compressed | None,
               exported: Exported, calib: CalibrationSet, results: list[stages.TargetResult],
-              misses: list[str], root: Path, seconds: float) -> dict[str, Any]:
+              misses: list[str], root: Path, seconds: float,
+              timings: list[dict[str, Any]]) -> dict[str, Any]:
     """The manifest from typed results: what went in, with which tools, what came out."""
     splits, profile = inputs.splits, inputs.profile
     reference: dict[str, Any] = {"source": inputs.reference.source,
-                                 "accuracy": inputs.reference.accuracy}
+                                 "accuracy": inputs.reference.accuracy,
+                                 "accuracy_ci95": _ci(inputs.reference.accuracy_ci95)}
     if compressed is not None:
         # parity is judged against the compressed model (what the converters were given)
         reference.update(parity_against=compressed.reference.source,
@@ -241,6 +308,7 @@ def _manifest(req: BuildRequest, inputs: Inputs, compressed: Compressed | None,
         "input": splits.spec.to_json(),
         "data": splits.summary(),
         "reference": reference,
+        "validation": validate.resolution(len(splits.val_y), profile.budgets.accuracy_drop),
         "stages": {"export": {"opset": export.DEFAULT_OPSET, "from": inputs.loaded.kind,
                               "batch": inputs.loaded.batch.to_json()},
                    "optimize": exported.optimized.summary(),
@@ -251,7 +319,12 @@ def _manifest(req: BuildRequest, inputs: Inputs, compressed: Compressed | None,
         "budgets": profile.budgets.model_dump(mode="json"),
         "budget_misses": misses,
         "duration_s": round(seconds, 2),
+        "timings": timings,  # each stage's wall time, up to here (publishing follows)
     }
+
+
+def _ci(ci: tuple[float, float] | None) -> list[float] | None:
+    return None if ci is None else [round(ci[0], 6), round(ci[1], 6)]
 
 
 def _verdict(req: BuildRequest, results: list[stages.TargetResult],
@@ -272,7 +345,7 @@ def run(req: BuildRequest, events: Events | None = None) -> BuildOutcome:
     """load -> (compress) -> export + optimise -> compat -> calibrate -> targets -> publish.
     Raises EdgesmithError subclasses for anything that stops the build before publishing;
     a published build comes back with its manifest and, if it must fail, its error."""
-    events = events or Events()
+    events = _Timed(events or Events())
     t_start = time.perf_counter()
     inputs = _load(req, events)
     need = outdir.estimate_bytes(_model_bytes(inputs.loaded), len(inputs.targets))
@@ -280,7 +353,7 @@ def run(req: BuildRequest, events: Events | None = None) -> BuildOutcome:
             outdir.work_dir(need) as work_dir:
         compressed = (_compress(req, inputs, root, work_dir, events)
                       if _wants_compress(req, inputs) else None)
-        exported = _export(inputs, compressed, root, work_dir, events)
+        exported = _export(inputs, compressed, root, work_dir, events, req.skip_unsupported)
         calib = stages.calibration_for(
             from_splits(inputs.splits, inputs.profile.compress.calibration, warn=events.warn),
             inputs.loaded.batch.max_batch)
@@ -289,7 +362,7 @@ def run(req: BuildRequest, events: Events | None = None) -> BuildOutcome:
         misses = stages.check_budgets(results, inputs.profile.budgets,
                                       inputs.profile.device.ram_mb)
         manifest = _manifest(req, inputs, compressed, exported, calib, results, misses, root,
-                             time.perf_counter() - t_start)
+                             time.perf_counter() - t_start, events.timings)
         write_json_atomic(root / "manifest.json", manifest)
         report.write_report(root)
         outdir.publish(root, req.out)

@@ -16,13 +16,61 @@ from typing import Any
 
 import numpy as np
 
-from edgesmith.errors import DataError
+from edgesmith.errors import DataError, UsageError
 from edgesmith.inputs import InputSpec
 
 from .refs import import_callable, is_callable_ref
 
 SPLIT_FRACTIONS = {"train": 0.7, "calib": 0.1, "val": 0.2}
 MIN_SAMPLES = 10
+
+
+@dataclass(frozen=True)
+class SplitRule:
+    """How large the validation split is: SPLIT_FRACTIONS by default, or the user's
+    ``--val-fraction`` / ``--val-samples``; train and calibration share the rest 7:1.
+    Accuracy figures are only as sure as the validation split is large (see
+    ``validate.resolution``), so this is the user's lever on them."""
+
+    val_fraction: float | None = None
+    val_samples: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.val_fraction is not None and self.val_samples is not None:
+            raise UsageError("--val-fraction and --val-samples both set the validation "
+                             "split", fix="pass one of them")
+        if self.val_fraction is not None and not 0 < self.val_fraction < 1:
+            raise UsageError(f"--val-fraction {self.val_fraction}: expected a fraction "
+                             "between 0 and 1 (exclusive)", fix="e.g. --val-fraction 0.3")
+        if self.val_samples is not None and self.val_samples < 1:
+            raise UsageError(f"--val-samples {self.val_samples}: expected at least 1",
+                             fix="e.g. --val-samples 500")
+
+    @property
+    def default(self) -> bool:
+        return self.val_fraction is None and self.val_samples is None
+
+    def sizes(self, n: int, where: str) -> dict[str, int]:
+        """Samples per split out of ``n``; each split keeps at least one."""
+        if self.default:
+            n_train = int(round(n * SPLIT_FRACTIONS["train"]))
+            n_calib = int(round(n * SPLIT_FRACTIONS["calib"]))
+            return {"train": n_train, "calib": n_calib, "val": n - n_train - n_calib}
+        n_val = (self.val_samples if self.val_samples is not None
+                 else int(round(n * self.val_fraction)))
+        if not 1 <= n_val <= n - 2:
+            asked = (f"--val-samples {self.val_samples}" if self.val_samples is not None
+                     else f"--val-fraction {self.val_fraction} ({n_val} samples)")
+            raise DataError(f"{asked} leaves {n - n_val} of the data's {n} samples for "
+                            "training and calibration; each needs at least one",
+                            where=where, fix=f"ask for 1..{n - 2} validation samples")
+        share = SPLIT_FRACTIONS["train"] / (SPLIT_FRACTIONS["train"] + SPLIT_FRACTIONS["calib"])
+        n_train = min(max(1, int(round((n - n_val) * share))), n - n_val - 1)
+        return {"train": n_train, "calib": n - n_val - n_train, "val": n_val}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"val_fraction": self.val_fraction, "val_samples": self.val_samples,
+                "default_fractions": SPLIT_FRACTIONS if self.default else None}
 
 
 @dataclass(frozen=True)
@@ -42,6 +90,7 @@ class Splits:
     # each split's row numbers in the source's x, so an error can name the sample the user
     # finds in their own file; None when the source handed over its splits ready-made
     origin: dict[str, np.ndarray] | None = field(default=None, compare=False, repr=False)
+    rule: SplitRule = field(default_factory=SplitRule)
 
     @property
     def sha256(self) -> str:
@@ -59,15 +108,18 @@ class Splits:
             "train": len(self.train_x),
             "calib": len(self.calib_x),
             "val": len(self.val_x),
+            "split": self.rule.to_json(),
             "input": self.spec.to_json(),
         }
 
 
-def split_indices(n: int, seed: int) -> dict[str, np.ndarray]:
-    """A seeded permutation cut by SPLIT_FRACTIONS: same seed, same split, on any machine."""
+def split_indices(n: int, seed: int, rule: SplitRule = SplitRule(),
+                  where: str = "data") -> dict[str, np.ndarray]:
+    """A seeded permutation cut by ``rule``: same seed and rule, same split, on any
+    machine (the default rule cuts exactly as SPLIT_FRACTIONS always did)."""
     order = np.random.default_rng(seed).permutation(n)
-    n_train = int(round(n * SPLIT_FRACTIONS["train"]))
-    n_calib = int(round(n * SPLIT_FRACTIONS["calib"]))
+    sizes = rule.sizes(n, where)
+    n_train, n_calib = sizes["train"], sizes["calib"]
     return {
         "train": order[:n_train],
         "calib": order[n_train:n_train + n_calib],
@@ -138,7 +190,8 @@ def _check_arrays(x: Any, y: Any, where: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _make(parts: dict[str, tuple[np.ndarray, np.ndarray]], source: str, seed: int,
-          normalization: dict[str, Any], origin: dict[str, np.ndarray] | None = None) -> Splits:
+          normalization: dict[str, Any], origin: dict[str, np.ndarray] | None = None,
+          rule: SplitRule = SplitRule()) -> Splits:
     shapes = {k: parts[k][0].shape[1:] for k in ("train", "calib", "val")}
     if len(set(shapes.values())) > 1:
         listed = ", ".join(f"{k} {list(v)}" for k, v in shapes.items())
@@ -151,15 +204,16 @@ def _make(parts: dict[str, tuple[np.ndarray, np.ndarray]], source: str, seed: in
         calib_x=parts["calib"][0], calib_y=parts["calib"][1],
         val_x=parts["val"][0], val_y=parts["val"][1],
         spec=spec, num_classes=num_classes, source=source, seed=seed, origin=origin,
+        rule=rule,
     )
 
 
 def _from_arrays(x: np.ndarray, y: np.ndarray, source: str, seed: int,
-                 normalization: dict[str, Any]) -> Splits:
+                 normalization: dict[str, Any], rule: SplitRule = SplitRule()) -> Splits:
     """One (x, y) pair, split here by the seed; rows keep their place in the source."""
-    idx = split_indices(len(x), seed)
+    idx = split_indices(len(x), seed, rule, source)
     parts = {k: (x[i], y[i]) for k, i in idx.items()}
-    return _make(parts, source, seed, normalization, origin=idx)
+    return _make(parts, source, seed, normalization, origin=idx, rule=rule)
 
 
 def check_labels(splits: Splits, outputs: np.ndarray, model: str) -> None:
@@ -203,7 +257,7 @@ def _first_label_beyond(splits: Splits, width: int) -> tuple[str, int, int, int]
     return where, i, label, count
 
 
-def digits(seed: int = 0) -> Splits:
+def digits(seed: int = 0, rule: SplitRule = SplitRule()) -> Splits:
     """sklearn's bundled 8x8 digits (no download): 1797 images as 1x8x8 floats in [-1, 1]."""
     from sklearn.datasets import load_digits
 
@@ -213,7 +267,7 @@ def digits(seed: int = 0) -> Splits:
     y = bunch.target.astype(np.int64)
     norm = {"raw_range": [0, 16], "scale": 1 / 16, "mean": 0.5, "std": 0.5,
             "formula": "(raw / 16 - 0.5) / 0.5"}
-    return _from_arrays(x, y, "digits", seed, norm)
+    return _from_arrays(x, y, "digits", seed, norm, rule)
 
 
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip with members / an empty zip
@@ -257,19 +311,23 @@ def _corrupt(where: str, e: Exception) -> DataError:
                      where=where, fix=f"copy the file again, or re-save it with {_SAVE_HINT}")
 
 
-def _from_npz(path: Path, seed: int) -> Splits:
+def _from_npz(path: Path, seed: int, rule: SplitRule) -> Splits:
     where = str(path)
     x, y = _check_arrays(*_read_npz(path), where)
-    return _from_arrays(x, y, where, seed, {"formula": "as stored in the npz"})
+    return _from_arrays(x, y, where, seed, {"formula": "as stored in the npz"}, rule)
 
 
-def _from_callable(ref: str, seed: int) -> Splits:
+def _from_callable(ref: str, seed: int, rule: SplitRule) -> Splits:
     fn = import_callable(ref, DataError)
     try:
         result = fn()
     except Exception as e:  # user code: report, don't crash
         raise DataError(f"calling {ref} raised {type(e).__name__}: {e}", where=ref) from None
     if isinstance(result, dict):
+        if not rule.default:
+            raise UsageError(f"{ref} returns its own splits, so --val-fraction/--val-samples "
+                             "cannot set the validation split", where=ref,
+                             fix="drop the option, or return (x, y) and let edgesmith split")
         missing = {"train", "val"} - set(result)
         if missing:
             raise DataError(f"returned dict lacks {sorted(missing)}", where=ref,
@@ -280,22 +338,23 @@ def _from_callable(ref: str, seed: int) -> Splits:
         return _make(parts, ref, seed, {"formula": f"as returned by {ref}"})
     if isinstance(result, tuple | list) and len(result) == 2:
         x, y = _check_arrays(result[0], result[1], ref)
-        return _from_arrays(x, y, ref, seed, {"formula": f"as returned by {ref}"})
+        return _from_arrays(x, y, ref, seed, {"formula": f"as returned by {ref}"}, rule)
     raise DataError(f"returned {type(result).__name__}; expected (x, y) or a dict of splits",
                     where=ref)
 
 
-def load(ref: str, seed: int = 0) -> Splits:
-    """``digits``, a ``.npz`` with ``x``/``y``, or ``file.py:callable`` / ``module:callable``."""
+def load(ref: str, seed: int = 0, rule: SplitRule = SplitRule()) -> Splits:
+    """``digits``, a ``.npz`` with ``x``/``y``, or ``file.py:callable`` / ``module:callable``,
+    split by ``rule`` (a callable returning ready-made splits keeps its own)."""
     if ref == "digits":
-        return digits(seed)
+        return digits(seed, rule)
     if is_callable_ref(ref):
-        return _from_callable(ref, seed)
+        return _from_callable(ref, seed, rule)
     path = Path(ref)
     if path.suffix == ".npz":
         if not path.is_file():
             raise DataError(f"data file {ref} does not exist", fix="check the --data path")
-        return _from_npz(path, seed)
+        return _from_npz(path, seed, rule)
     raise DataError(
         f"cannot tell what data {ref!r} is",
         fix="use `digits`, a .npz file with x and y arrays, or file.py:callable",

@@ -15,6 +15,7 @@ from typing import Any
 from edgesmith.artifact import write_text_atomic
 
 from . import plots
+from .validate import drop_verdict, resolution_warning
 
 
 def _fmt(v: Any, spec: str = "") -> str:
@@ -75,6 +76,103 @@ def _bench_rows(manifest: dict[str, Any]) -> list[list[str]]:
 
 BENCH_HEADER = ["device", "target", "status", "p50 ms", "p99 ms", "peak RSS MB", "note"]
 
+CONFIDENCE_HEADER = ["target", "top-1", "95% CI", "drop pt", "drop 95% CI", "vs budget"]
+
+
+def _interval(ci: Any, scale: float, digits: int) -> str:
+    if not ci:
+        return "—"
+    return f"[{ci[0] * scale:.{digits}f}, {ci[1] * scale:.{digits}f}]"
+
+
+def confidence_rows(manifest: dict[str, Any]) -> list[list[str]]:
+    """Each validated target's top-1 (Wilson) and drop (paired) 95 % intervals, and where
+    the drop's interval lies against the budget: within, over, or undecided."""
+    budget = (manifest.get("budgets") or {}).get("accuracy_drop")
+    rows = []
+    for t in manifest.get("targets", []):
+        if t.get("accuracy") is None:
+            continue
+        rows.append([t["name"], _pct(t["accuracy"]), _interval(t.get("accuracy_ci95"), 100, 2),
+                     _fmt(t.get("accuracy_drop"), ".2f"),
+                     _interval(t.get("accuracy_drop_ci95"), 1, 2),
+                     drop_verdict(t.get("accuracy_drop_ci95"), budget)])
+    return rows
+
+
+def _confidence_lines(manifest: dict[str, Any]) -> list[str]:
+    """The sentence on whether the validation split can judge the budget."""
+    res = manifest.get("validation") or {}
+    warning = resolution_warning(res)
+    if warning:
+        return [f"**The validation split is too small to judge the budget:** {warning}."]
+    if res.get("resolves_budget"):
+        return [f"{res['samples']} validation samples resolve the {res['budget_pt']:g} pt "
+                f"budget (a drop-free artifact is shown within it at 95 %; "
+                f"{res['samples_needed']} needed)."]
+    return []
+
+
+def skipped_rows(manifest: dict[str, Any]) -> list[list[str]]:
+    """target x node for the targets --skip-unsupported left out."""
+    return [[t["name"], n["node"], n["op_type"], n.get("hint") or "not supported"]
+            for t in manifest.get("targets", []) if t.get("status") == "skipped"
+            for n in t.get("unsupported_nodes") or []]
+
+
+SKIPPED_HEADER = ["target", "node", "op", "hint"]
+
+
+def timing_rows(manifest: dict[str, Any]) -> list[list[str]]:
+    return [[str(t.get("stage")), f"{t.get('seconds', 0):.2f}"]
+            for t in manifest.get("timings") or []]
+
+
+TIMING_HEADER = ["stage", "seconds"]
+
+
+def _judgement_sections(manifest: dict[str, Any]) -> list[str]:
+    """Markdown: confidence, skipped targets, stage times."""
+    parts: list[str] = []
+    rows = confidence_rows(manifest)
+    lines = _confidence_lines(manifest)
+    if rows or lines:
+        parts += ["## Accuracy with 95 % confidence intervals", "", *lines, ""]
+        if rows:
+            parts += [_md_table(CONFIDENCE_HEADER, rows), "",
+                      "Top-1: Wilson score interval. Drop: paired (Tango score) interval on "
+                      "the per-sample differences against the reference. vs budget: within = "
+                      "the whole interval is under the budget, over = all of it above, "
+                      "undecided = more samples needed.", ""]
+    skipped = skipped_rows(manifest)
+    if skipped:
+        parts += ["## Skipped targets (--skip-unsupported)", "",
+                  _md_table(SKIPPED_HEADER, skipped), "",
+                  "The full node x target table is in compat.json.", ""]
+    timings = timing_rows(manifest)
+    if timings:
+        parts += ["## Stage times", "", _md_table(TIMING_HEADER, timings), "",
+                  f"Total {manifest.get('duration_s', 0):.1f} s until the manifest was "
+                  "written.", ""]
+    return parts
+
+
+def _judgement_html(manifest: dict[str, Any]) -> list[str]:
+    sections = []
+    lines = _confidence_lines(manifest)
+    rows = confidence_rows(manifest)
+    if rows or lines:
+        sections += ["<h2>Accuracy with 95 % confidence intervals</h2>",
+                     *[f"<p>{html.escape(line.replace('**', ''))}</p>" for line in lines]]
+        if rows:
+            sections.append(_html_table(CONFIDENCE_HEADER, rows))
+    if skipped_rows(manifest):
+        sections += ["<h2>Skipped targets</h2>",
+                     _html_table(SKIPPED_HEADER, skipped_rows(manifest))]
+    if timing_rows(manifest):
+        sections += ["<h2>Stage times</h2>", _html_table(TIMING_HEADER, timing_rows(manifest))]
+    return sections
+
 
 def _when(unix: Any) -> str:
     if not isinstance(unix, int | float):
@@ -126,6 +224,13 @@ def _note(target: dict[str, Any]) -> str:
     return text[len(prefix):] if text.startswith(prefix) else text
 
 
+def _batch_line(manifest: dict[str, Any]) -> list[str]:
+    batch = (manifest.get("stages", {}).get("export") or {}).get("batch") or {}
+    if batch.get("mode", "dynamic") == "dynamic":
+        return []
+    return [f"- batch: {batch['mode']}: {batch.get('detail', '')}"]
+
+
 def render_markdown(manifest: dict[str, Any], images: list[str]) -> str:
     ref = manifest.get("reference", {})
     prof = manifest.get("profile", {})
@@ -137,10 +242,12 @@ def render_markdown(manifest: dict[str, Any], images: list[str]) -> str:
         f"- device: {prof.get('device', {}).get('name', '?')} "
         f"({prof.get('device', {}).get('arch', '?')})",
         f"- reference ({ref.get('source')}): top-1 {_pct(ref.get('accuracy'))} on "
-        f"{manifest.get('data', {}).get('val', '?')} validation samples",
+        f"{manifest.get('data', {}).get('val', '?')} validation samples "
+        f"(95% CI {_interval(ref.get('accuracy_ci95'), 100, 2)} %)",
         f"- input: {manifest.get('input', {}).get('shape')} "
         f"{manifest.get('input', {}).get('layout')}, "
         f"normalisation `{manifest.get('input', {}).get('normalization', {}).get('formula')}`",
+        *_batch_line(manifest),
         "",
         "## Targets",
         "",
@@ -153,6 +260,7 @@ def render_markdown(manifest: dict[str, Any], images: list[str]) -> str:
         parts += ["Notes:", "", *notes, ""]
     if manifest.get("budget_misses"):
         parts += ["## Budget misses", "", *[f"- {m}" for m in manifest["budget_misses"]], ""]
+    parts += _judgement_sections(manifest)
     if manifest.get("compress"):
         parts += ["## Compression", "", "```json",
                   json.dumps(manifest["compress"], indent=2), "```", ""]
@@ -191,6 +299,7 @@ def render_html(manifest: dict[str, Any], images: list[str]) -> str:
     if manifest.get("budget_misses"):
         items = "".join(f"<li>{html.escape(m)}</li>" for m in manifest["budget_misses"])
         sections += ["<h2>Budget misses</h2>", f"<ul>{items}</ul>"]
+    sections += _judgement_html(manifest)
     if manifest.get("bench"):
         sections += ["<h2>On-device benchmarks</h2>",
                      _html_table(BENCH_HEADER, _bench_rows(manifest))]

@@ -11,7 +11,7 @@ import os
 import tempfile
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,15 @@ class Reference:
     outputs: np.ndarray
     accuracy: float
     source: str  # torch | onnxruntime (when the user gave an .onnx)
+    # per val sample: did the model the drop is measured against get it right? (after
+    # compression the outputs are the compressed model's, the drop still the original's)
+    correct: np.ndarray | None = None
+
+    @property
+    def accuracy_ci95(self) -> tuple[float, float] | None:
+        if self.correct is None:
+            return None
+        return validate.wilson(int(self.correct.sum()), len(self.correct))
 
 
 def fit_batch(loaded: LoadedModel, splits: Splits) -> LoadedModel:
@@ -77,7 +86,8 @@ def reference(loaded: LoadedModel, splits: Splits) -> Reference:
             ) from None
         source = "onnxruntime"
     check_labels(splits, out, loaded.ref)
-    return Reference(out, validate.accuracy(out, splits.val_y), source)
+    return Reference(out, validate.accuracy(out, splits.val_y), source,
+                     validate.predictions(out) == splits.val_y)
 
 
 def resolve_targets(profile: Any, only: list[str] | None, where: str) -> list[tuple[Any, Any]]:
@@ -115,14 +125,18 @@ class TargetResult:
     spec: Any
     artifact: Artifact | None
     validation: validate.Validation | None
-    status: str  # ok | failed | rejected | budget
+    status: str  # ok | failed | rejected | budget | skipped
     message: str = ""
+    # skipped (--skip-unsupported): the nodes the target cannot express, with hints
+    unsupported: list[dict[str, str]] = field(default_factory=list)
 
     def to_json(self, root: Path) -> dict[str, Any]:
         d: dict[str, Any] = {"name": self.spec.name, "format": self.spec.format.value,
                              "precision": self.spec.precision.value, "status": self.status}
         if self.message:
             d["message"] = self.message
+        if self.unsupported:
+            d["unsupported_nodes"] = self.unsupported
         if self.artifact is not None:
             target = registry.get(self.spec.format.value)
             covered = (self.artifact.path.parent if self.artifact.meta.get("sha256_of") ==
@@ -138,6 +152,15 @@ class TargetResult:
         if self.validation is not None:
             d.update(self.validation.to_json())
         return d
+
+
+def skipped(spec: Any, nodes: list[dict[str, str]]) -> TargetResult:
+    """A target left out by ``--skip-unsupported``: the nodes it cannot express."""
+    shown = "; ".join(f"{n['node']} ({n['op_type']})" for n in nodes[:3])
+    more = f" and {len(nodes) - 3} more" if len(nodes) > 3 else ""
+    return TargetResult(spec, None, None, "skipped",
+                        f"{spec.name}: skipped (--skip-unsupported): cannot express "
+                        f"{len(nodes)} node(s): {shown}{more}; see compat.json", nodes)
 
 
 def _cache_key(target: Target, ctx: ConvertContext) -> str:
@@ -195,7 +218,8 @@ def convert_and_validate(spec: Any, options: Any, ctx_args: dict[str, Any], spli
         own = target.host_latency_ms(artifact, splits.val_x[:1]) if run is not None else None
         v = validate.validate(run, splits.val_x, splits.val_y, ref.outputs, ref.accuracy,
                               not_run_reason=target.not_runnable_reason, latency_ms=own,
-                              batch=max_batch or validate.BATCH)
+                              batch=max_batch or validate.BATCH,
+                              reference_correct=ref.correct)
     except Exception as e:
         outdir.raise_if_disk_fault(e, root)
         ctx.log(traceback.format_exc())

@@ -6,6 +6,7 @@ harmless shift; we record both, plus size and an informational host latency.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,7 @@ PARITY_MIN_COSINE = {"fp32": 0.99999, "fp16": 0.999, "int8": 0.95}
 # keeps every argmax), so the largest error relative to the output's range is bounded too.
 PARITY_MAX_REL_ERR = {"fp32": 1e-3, "fp16": 0.05, "int8": 0.25}
 LATENCY_RUNS = 50
+Z95 = 1.959963984540054  # two-sided 95 % normal quantile
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,11 @@ class Validation:
     latency_ms_p50: float | None
     ran: bool
     note: str = ""
+    samples: int | None = None  # validation samples behind the figures
+    accuracy_ci95: tuple[float, float] | None = None  # Wilson score interval
+    # paired (Tango score) interval of the drop in points, from each sample's correctness
+    # under the reference and under the artifact
+    accuracy_drop_ci95: tuple[float, float] | None = None
 
     @property
     def accuracy_drop(self) -> float | None:
@@ -62,7 +69,125 @@ class Validation:
             "parity": {"max_abs_err": self.max_abs_err, "rel_err": self.rel_err,
                        "cosine": self.cosine, "top1_agreement": self.top1_agreement},
             "latency_ms_p50": self.latency_ms_p50, "ran": self.ran, "note": self.note,
+            "samples": self.samples,
+            "accuracy_ci95": _rounded(self.accuracy_ci95, 6),
+            "accuracy_drop_ci95": _rounded(self.accuracy_drop_ci95, 4),
         }
+
+
+def _rounded(ci: tuple[float, float] | None, digits: int) -> list[float] | None:
+    return None if ci is None else [round(ci[0], digits), round(ci[1], digits)]
+
+
+# -- how sure the figures are -----------------------------------------------------------
+# An accuracy on n samples moves in steps of 1/n, and a drop of 0.3 pt measured on 359
+# samples is one flipped prediction. The intervals say what the data can and cannot tell.
+
+def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of a proportion k/n: sensible at 0 and n, unlike k/n +- z*se."""
+    if n <= 0:
+        return (0.0, 1.0)
+    p = k / n
+    den = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / den
+    half = z / den * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def _tango_z(b: int, c: int, n: int, delta: float) -> float:
+    """Tango's score statistic for a paired difference ``delta`` = p(b) - p(c), where b
+    counts samples only the reference gets right and c those only the artifact does;
+    the variance uses the maximum-likelihood p(c) under that ``delta``."""
+    big_b = -b - c + (2 * n - b + c) * delta
+    disc = max(0.0, big_b * big_b + 8 * n * c * delta * (1 - delta))
+    q21 = (math.sqrt(disc) - big_b) / (4 * n)
+    var = n * (2 * q21 + delta * (1 - delta))
+    num = b - c - n * delta
+    if var <= 0:
+        return 0.0 if num == 0 else math.copysign(math.inf, num)
+    return num / math.sqrt(var)
+
+
+def paired_drop_ci(ref_correct: np.ndarray, art_correct: np.ndarray,
+                   z: float = Z95) -> tuple[float, float]:
+    """95 % interval of the accuracy drop (reference minus artifact, as a fraction) from
+    per-sample correctness: Tango's score interval for paired proportions. Only the
+    samples the two disagree on carry information, and with none it still has width
+    (no flip in 359 samples bounds the drop by ~1.06 pt, not 0)."""
+    ref_correct = np.asarray(ref_correct, bool)
+    art_correct = np.asarray(art_correct, bool)
+    n = len(ref_correct)
+    if n == 0:
+        return (-1.0, 1.0)
+    b = int((ref_correct & ~art_correct).sum())
+    c = int((~ref_correct & art_correct).sum())
+    est = (b - c) / n
+    return (_solve(lambda d: _tango_z(b, c, n, d) - z, -1.0, est),
+            _solve(lambda d: _tango_z(b, c, n, d) + z, est, 1.0))
+
+
+def _solve(f, lo: float, hi: float, steps: int = 60) -> float:
+    """The root of a decreasing ``f`` in [lo, hi] by bisection (an end when none)."""
+    if f(lo) <= 0:
+        return lo
+    if f(hi) >= 0:
+        return hi
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        if f(mid) > 0:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def samples_to_resolve(budget_pt: float, z: float = Z95) -> int | None:
+    """Fewest validation samples on which an artifact that flips no prediction is shown
+    within ``budget_pt`` at 95 %: the drop's upper bound with no flips is z^2/(n+z^2)."""
+    frac = budget_pt / 100
+    if frac <= 0:
+        return None  # a zero budget is never shown met by any finite sample
+    return max(1, math.ceil(z * z * (1 - frac) / frac - 1e-9))
+
+
+def resolution(n: int, budget_pt: float | None) -> dict[str, Any]:
+    """Whether ``n`` validation samples can tell a drop within ``budget_pt`` from one over
+    it, and if not, how many could: the manifest's ``validation`` section."""
+    out: dict[str, Any] = {"samples": n, "one_flip_pt": round(100 / n, 4) if n else None,
+                           "budget_pt": budget_pt, "resolves_budget": None,
+                           "samples_needed": None, "best_case_drop_upper_pt": None}
+    if budget_pt is None or n <= 0:
+        return out
+    upper = 100 * Z95 * Z95 / (n + Z95 * Z95)
+    needed = samples_to_resolve(budget_pt)
+    out.update(best_case_drop_upper_pt=round(upper, 4), samples_needed=needed,
+               resolves_budget=needed is not None and n >= needed)
+    return out
+
+
+def resolution_warning(res: dict[str, Any]) -> str | None:
+    """The console/report sentence for a split too small to judge the budget."""
+    if res.get("resolves_budget") is not False:
+        return None
+    needed = res["samples_needed"]
+    more = (f"{needed} samples would (--val-samples {needed}, data permitting)"
+            if needed is not None else "no sample count can show a 0 pt budget met")
+    return (f"{res['samples']} validation samples cannot resolve the "
+            f"{res['budget_pt']:g} pt accuracy budget: one flipped prediction is "
+            f"{res['one_flip_pt']:.2f} pt, and even with none the drop's 95 % upper bound "
+            f"is {res['best_case_drop_upper_pt']:.2f} pt; {more}")
+
+
+def drop_verdict(ci_pt: list[float] | tuple[float, float] | None,
+                 budget_pt: float | None) -> str:
+    """within / over / undecided: where the drop's 95 % interval lies against the budget."""
+    if ci_pt is None or budget_pt is None:
+        return "—"
+    if ci_pt[1] <= budget_pt:
+        return "within"
+    if ci_pt[0] > budget_pt:
+        return "over"
+    return "undecided"
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -75,8 +200,13 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(sims.mean())
 
 
+def predictions(logits: np.ndarray) -> np.ndarray:
+    """Top-1 class per sample."""
+    return logits.reshape(len(logits), -1).argmax(1)
+
+
 def accuracy(logits: np.ndarray, y: np.ndarray) -> float:
-    return float((logits.reshape(len(logits), -1).argmax(1) == y).mean())
+    return float((predictions(logits) == y).mean())
 
 
 BATCH = 64  # samples per validation run, unless the model takes fewer
@@ -101,10 +231,12 @@ def latency_p50(fn, sample: np.ndarray, runs: int = LATENCY_RUNS) -> float:
 def validate(runner, x: np.ndarray, y: np.ndarray, reference: np.ndarray,
              reference_accuracy: float, *, not_run_reason: str = "",
              measure_latency: bool = True, latency_ms: float | None = None,
-             batch: int = BATCH) -> Validation:
+             batch: int = BATCH, reference_correct: np.ndarray | None = None) -> Validation:
     """``latency_ms``, when given, is the format's own measurement (see
     ``Target.host_latency_ms``) and replaces timing the runner. ``batch``: samples per
-    run (1 for a model whose graph fixes its batch)."""
+    run (1 for a model whose graph fixes its batch). ``reference_correct``: per sample,
+    whether the model the drop is measured against got it right (default: ``reference``
+    itself); it pairs the drop's interval."""
     if runner is None:
         return Validation(None, reference_accuracy, None, None, None, None, None, ran=False,
                           note=not_run_reason or "not run on this host")
@@ -118,9 +250,14 @@ def validate(runner, x: np.ndarray, y: np.ndarray, reference: np.ndarray,
         latency_p50(runner, x[:1]) if measure_latency else None)
     max_abs = float(np.max(np.abs(out - reference)))
     scale = float(np.max(np.abs(reference)))
+    correct = predictions(out) == y
+    ref_correct = predictions(reference) == y if reference_correct is None else reference_correct
+    lo, hi = paired_drop_ci(ref_correct, correct)
     return Validation(
         accuracy=accuracy(out, y), reference_accuracy=reference_accuracy,
         max_abs_err=max_abs, rel_err=max_abs / scale if scale > 0 else max_abs,
         cosine=cosine(out, reference),
-        top1_agreement=agree, latency_ms_p50=lat, ran=True,
+        top1_agreement=agree, latency_ms_p50=lat, ran=True, samples=len(y),
+        accuracy_ci95=wilson(int(correct.sum()), len(y)),
+        accuracy_drop_ci95=(lo * 100, hi * 100),
     )
