@@ -159,16 +159,27 @@ def _wrap(items: list[str], indent: str, sep: str, width: int) -> str:
     return "\n".join(lines)
 
 
+# fields that hold an edgesmith_rt.h constant, written by name: the lowerings keep the
+# numbers (the kernels' Python mirrors compare them), model.c shows what they mean
+_NAMED = {"rq": ("ES_RQ_FIXED", "ES_RQ_FP32"),
+          "act": ("ES_ACT_NONE", "ES_ACT_RELU", "ES_ACT_CLIP", "ES_ACT_LEAKY")}
+
+
 def _fields(a: dict) -> list[str]:
-    """Designated initialisers of a parameter block."""
+    """Designated initialisers of a parameter block; a str value is a C constant's name."""
     out = []
     for k, v in a.items():
         if k == "__struct__":
             continue
+        names = _NAMED.get(k.rsplit(".", 1)[-1], ())
         if isinstance(v, list):
             out.append(f".{k} = {{{', '.join(str(int(x)) for x in v)}}}")
-        elif isinstance(v, float):
+        elif isinstance(v, (float, np.floating)):
             out.append(f".{k} = {c_float(v)}")
+        elif isinstance(v, str):
+            out.append(f".{k} = {v}")
+        elif not isinstance(v, bool) and 0 <= int(v) < len(names):
+            out.append(f".{k} = {names[int(v)]}")
         else:
             out.append(f".{k} = {int(v)}")
     return out

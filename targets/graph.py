@@ -76,6 +76,14 @@ class Call:
     kernel: Kernel | None = None  # set where the call's scratch or layout is planned
 
 
+def params(struct: str, **fields: Any) -> dict:
+    """A kernel's parameter block, the dict form a Call carries: codegen writes it into
+    model.c as a ``static const <struct>`` named after the step's ONNX node, one
+    designated initialiser per field (int, float, list, or str for a C constant such as
+    ``ES_U_RELU``), so a call passes ``&P_<node>`` where it would pass a row of numbers."""
+    return {"__struct__": struct, **fields}
+
+
 @dataclass
 class Step:
     name: str  # ONNX node name (or the first node of a fused group)

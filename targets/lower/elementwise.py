@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..graph import Call, Ref
+from ..graph import Call, Ref, params
 from .common import bcast_params, clip_bounds, prod
 from .registry import lowers
 
@@ -53,7 +53,8 @@ def unary(L: Lowerer, node) -> None:
                                                                   1.05070102214813232421875)
     y = L.new_tensor(node.output[0], x.shape, "f32")
     L.add_step(node, [x.tensor], [y], [Call("es_unary_f32", [
-        Ref(x.tensor), Ref(y), prod(x.shape), UNARY[op], float(p0), float(p1)])], inplace=True)
+        Ref(x.tensor), Ref(y), params("es_unary_params", n=prod(x.shape), op=UNARY[op],
+                                      p0=float(p0), p1=float(p1))])], inplace=True)
     L.bind(node.output[0], y, x.shape)
 
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..graph import Call, Ref
+from ..graph import Call, Ref, params
 from .common import pool_geometry, prod
 from .packing import bias_i32
 from .qdq import act_range, const_weight, deq_input, finish, out_tensor, q_after, qparams
@@ -74,8 +74,9 @@ def fc_i8(L: Lowerer, node) -> bool:
         L.const_tensor(node.name + "_bias", np.zeros(nn, np.int32), "i32")
     mult, shift = requant_tables(L, node, tx.scale, s_w, s_y, nn)
     L.add_step(node, [x.tensor], [y], [Call("es_fc_i8", [
-        Ref(x.tensor), Ref(wt), Ref(bt), Ref(mult), Ref(shift), Ref(y), mrows, nn, kk,
-        tx.zero_point, zp_y, qmin, qmax, rq_mode(L)])])
+        Ref(x.tensor), Ref(wt), Ref(bt), Ref(mult), Ref(shift), Ref(y), params(
+            "es_fc_params", M=mrows, N=nn, K=kk, x_zp=tx.zero_point, y_zp=zp_y, qmin=qmin,
+            qmax=qmax, rq=rq_mode(L))])])
     finish(L, qnode, act, y, oshape)
     return True
 
@@ -96,8 +97,9 @@ def gap_i8(L: Lowerer, node) -> bool:
                                 float(tx.scale) / (s_y * hw))
     y = out_tensor(L, qnode, oshape)
     L.add_step(node, [x.tensor], [y], [Call("es_global_avgpool_i8", [
-        Ref(x.tensor), Ref(y), x.shape[0] * x.shape[1], hw, tx.zero_point, zp_y, mult, shift,
-        rq_mode(L)])])
+        Ref(x.tensor), Ref(y), params("es_gavgpool_params", C=x.shape[0] * x.shape[1], HW=hw,
+                                      x_zp=tx.zero_point, y_zp=zp_y, mult=mult, shift=shift,
+                                      rq=rq_mode(L))])])
     finish(L, qnode, None, y, oshape)
     return True
 
@@ -110,20 +112,20 @@ def pool_i8(L: Lowerer, node) -> bool:
     qnode = pat[0]
     tx = L.tensors[x.tensor]
     s_y, zp_y = qparams(L, qnode)
-    params, oshape = pool_geometry(L, node, x)
+    geo, oshape = pool_geometry(L, node, x)
     if node.op_type == "MaxPool":
         if abs(float(tx.scale) - s_y) > 1e-9 * s_y or tx.zero_point != zp_y:
             return False
         fn = "es_maxpool2d_i8"
     else:
-        if params["DH"] != 1 or params["DW"] != 1 or params["PB"] or params["PR"] \
-                or params["PT"] or params["PL"]:
+        if geo["DH"] != 1 or geo["DW"] != 1 or geo["PB"] or geo["PR"] or geo["PT"] \
+                or geo["PL"]:
             return False
         mult, shift = quantize_multiplier(float(tx.scale) / s_y)
-        params.update(x_zp=tx.zero_point, y_zp=zp_y, mult=mult, shift=shift)
+        geo.update(x_zp=tx.zero_point, y_zp=zp_y, mult=mult, shift=shift)
         fn = "es_avgpool2d_i8"
     y = out_tensor(L, qnode, oshape)
-    L.add_step(node, [x.tensor], [y], [Call(fn, [Ref(x.tensor), Ref(y), params])])
+    L.add_step(node, [x.tensor], [y], [Call(fn, [Ref(x.tensor), Ref(y), geo])])
     finish(L, qnode, None, y, oshape)
     return True
 
@@ -140,7 +142,9 @@ def act_i8(L: Lowerer, node) -> bool:
     mult, shift = quantize_multiplier(float(tx.scale) / s_y)
     y = out_tensor(L, nxt, x.shape)
     L.add_step(node, [x.tensor], [y], [Call("es_requant_i8", [
-        Ref(x.tensor), Ref(y), prod(x.shape), tx.zero_point, zp_y, mult, shift, qmin, qmax])])
+        Ref(x.tensor), Ref(y), params("es_requant_params", n=prod(x.shape), x_zp=tx.zero_point,
+                                      y_zp=zp_y, mult=mult, shift=shift, qmin=qmin,
+                                      qmax=qmax)])])
     finish(L, nxt, None, y, x.shape)
     return True
 

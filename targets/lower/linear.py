@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..graph import Call, Ref
+from ..graph import Call, Ref, params
 from .common import ACT, bcast_params, fusable_act, prod, unsupported
 from .registry import lowers
 
@@ -70,8 +70,9 @@ def matmul(L: Lowerer, node) -> None:
     oshape = (*lead, m, n)
     y = L.new_tensor(node.output[0], oshape, "f32")
     L.add_step(node, [x.tensor, b.tensor], [y], [Call("es_matmul_f32", [
-        Ref(x.tensor), Ref(b.tensor), Ref(y), max(ab, bb), m, k, n,
-        0 if ab == 1 else m * k, 0 if bb == 1 else k * n])])
+        Ref(x.tensor), Ref(b.tensor), Ref(y), params(
+            "es_matmul_params", batch=max(ab, bb), M=m, K=k, N=n,
+            a_stride=0 if ab == 1 else m * k, b_stride=0 if bb == 1 else k * n)])])
     L.bind(node.output[0], y, oshape)
 
 
@@ -86,8 +87,9 @@ def _fc(L, node, x, wn, bias, mrows, kk, oshape, extra) -> None:
     y = L.new_tensor(out, oshape, "f32")
     wt = L.const_tensor(node.name + "_w", wn, "f32")
     bt = L.const_tensor(node.name + "_b", bias, "f32")
-    calls = [Call("es_gemm_f32", [Ref(x.tensor), Ref(wt), Ref(bt), Ref(y), mrows,
-                                  wn.shape[0], kk, code, a0, a1])]
+    calls = [Call("es_gemm_f32", [Ref(x.tensor), Ref(wt), Ref(bt), Ref(y), params(
+        "es_gemm_params", M=mrows, N=wn.shape[0], K=kk, act=code, a0=float(a0),
+        a1=float(a1))])]
     if extra is not None:
         et = L.const_tensor(node.name + "_c", np.broadcast_to(extra, oshape), "f32")
         calls.append(Call("es_binary_f32", [Ref(y), Ref(et), Ref(y), "ES_B_ADD",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..graph import Call, Ref
+from ..graph import Call, Ref, params
 from .common import _axes, pool_geometry, prod, unsupported
 from .registry import lowers
 
@@ -22,12 +22,12 @@ def pool(L: Lowerer, node) -> None:
     if len(node.output) > 1 and node.output[1]:
         raise unsupported(node, "the Indices output")
     x = L.f32(node.input[0])
-    params, oshape = pool_geometry(L, node, x)
-    if node.op_type == "AveragePool" and (params["DH"] != 1 or params["DW"] != 1):
+    geo, oshape = pool_geometry(L, node, x)
+    if node.op_type == "AveragePool" and (geo["DH"] != 1 or geo["DW"] != 1):
         raise unsupported(node, "dilated average pooling")
     y = L.new_tensor(node.output[0], oshape, "f32")
     fn = "es_maxpool2d_f32" if node.op_type == "MaxPool" else "es_avgpool2d_f32"
-    L.add_step(node, [x.tensor], [y], [Call(fn, [Ref(x.tensor), Ref(y), params])])
+    L.add_step(node, [x.tensor], [y], [Call(fn, [Ref(x.tensor), Ref(y), geo])])
     L.bind(node.output[0], y, oshape)
 
 
@@ -38,7 +38,8 @@ def global_pool(L: Lowerer, node) -> None:
     y = L.new_tensor(node.output[0], oshape, "f32")
     op = "ES_R_MEAN" if node.op_type == "GlobalAveragePool" else "ES_R_MAX"
     L.add_step(node, [x.tensor], [y], [Call("es_reduce_f32", [
-        Ref(x.tensor), Ref(y), x.shape[0] * x.shape[1], prod(x.shape[2:]), 1, op])])
+        Ref(x.tensor), Ref(y), params("es_reduce_params", outer=x.shape[0] * x.shape[1],
+                                      n=prod(x.shape[2:]), inner=1, op=op)])])
     L.bind(node.output[0], y, oshape)
 
 
@@ -58,6 +59,8 @@ def reduce(L: Lowerer, node) -> None:
     op = {"ReduceMean": "ES_R_MEAN", "ReduceSum": "ES_R_SUM", "ReduceMax": "ES_R_MAX"}
     y = L.new_tensor(node.output[0], oshape, "f32")
     L.add_step(node, [x.tensor], [y], [Call("es_reduce_f32", [
-        Ref(x.tensor), Ref(y), prod(x.shape[:axes[0]]), prod(x.shape[axes[0]:axes[-1] + 1]),
-        prod(x.shape[axes[-1] + 1:]), op[node.op_type]])])
+        Ref(x.tensor), Ref(y), params("es_reduce_params", outer=prod(x.shape[:axes[0]]),
+                                      n=prod(x.shape[axes[0]:axes[-1] + 1]),
+                                      inner=prod(x.shape[axes[-1] + 1:]),
+                                      op=op[node.op_type])])])
     L.bind(node.output[0], y, oshape)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..graph import Call, Ref, Step, Value
+from ..graph import Call, Ref, Step, Value, params
 from .common import clip_bounds, prod, unsupported
 from .registry import LOWER, LOWER_INT8
 from .requant import quantize_multiplier
@@ -144,7 +144,9 @@ def quantize_linear(L: Lowerer, node) -> bool:
         y = L.new_tensor(node.output[0], v.shape, "i8", scale=np.float32(scale), zero_point=zp)
         mult, shift = quantize_multiplier(float(t.scale) / scale)
         L.add_step(node, [v.tensor], [y], [Call("es_requant_i8", [
-            Ref(v.tensor), Ref(y), prod(v.shape), t.zero_point, zp, mult, shift, -128, 127])])
+            Ref(v.tensor), Ref(y), params("es_requant_params", n=prod(v.shape),
+                                          x_zp=t.zero_point, y_zp=zp, mult=mult, shift=shift,
+                                          qmin=-128, qmax=127)])])
         L.bind(node.output[0], y, v.shape)
         return True
     x = L.f32(node.input[0])

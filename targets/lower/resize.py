@@ -13,16 +13,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..graph import Call, Ref
+from ..graph import Call, Ref, params
 from .common import unsupported
 from .registry import lowers
 
 if TYPE_CHECKING:
     from ..ir import Lowerer
 
-COORD = {"half_pixel": 0, "align_corners": 1, "asymmetric": 2, "pytorch_half_pixel": 3,
-         "tf_half_pixel_for_nn": 4}
-NEAREST = {"round_prefer_floor": 0, "round_prefer_ceil": 1, "floor": 2, "ceil": 3}
+COORD = {m: "ES_COORD_" + m.upper() for m in (
+    "half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel", "tf_half_pixel_for_nn")}
+NEAREST = {m: "ES_NEAREST_" + m.upper() for m in (
+    "round_prefer_floor", "round_prefer_ceil", "floor", "ceil")}
 
 
 @lowers("Resize", "Upsample")
@@ -60,7 +61,9 @@ def resize(L: Lowerer, node) -> None:
         raise unsupported(node, "resizing the batch or channel axis")
     y = L.new_tensor(node.output[0], osz, "f32")
     L.add_step(node, [x.tensor], [y], [Call("es_resize2d_f32", [
-        Ref(x.tensor), Ref(y), x.shape[0] * x.shape[1], x.shape[2], x.shape[3], osz[2], osz[3],
-        0 if mode == "nearest" else 1, COORD[coord], NEAREST[nearest], float(sc[2]),
-        float(sc[3])])])
+        Ref(x.tensor), Ref(y), params(
+            "es_resize_params", NC=x.shape[0] * x.shape[1], H=x.shape[2], W=x.shape[3],
+            OH=osz[2], OW=osz[3], mode="ES_RESIZE_NEAREST" if mode == "nearest" else
+            "ES_RESIZE_LINEAR", coord=COORD[coord], nearest=NEAREST[nearest], sh=float(sc[2]),
+            sw=float(sc[3]))])])
     L.bind(node.output[0], y, osz)

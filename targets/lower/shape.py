@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..graph import Call, Ref
+from ..graph import Call, Ref, params
 from .common import MAX_DIMS, _axes, prod, unsupported
 from .registry import lowers
 
@@ -97,11 +97,17 @@ def transpose(L: Lowerer, node) -> None:
     dtype = src.dtype
     y = L.new_tensor(node.output[0], oshape, dtype, scale=src.scale, zero_point=src.zero_point)
     pad = MAX_DIMS - nd
-    params = {"__struct__": "es_perm", "ndim": nd, "shape": list(v.shape) + [1] * pad,
-              "perm": perm + list(range(nd, MAX_DIMS))}
+    table = params("es_perm", ndim=nd, shape=list(v.shape) + [1] * pad,
+                   perm=perm + list(range(nd, MAX_DIMS)))
     L.add_step(node, [v.tensor], [y], [Call("es_transpose", [
-        Ref(v.tensor), Ref(y), np.dtype(_np(dtype)).itemsize, params])])
+        Ref(v.tensor), Ref(y), np.dtype(_np(dtype)).itemsize, table])])
     L.bind(node.output[0], y, oshape, v.deq)
+
+
+def rows(n: int, row_bytes: int, dst_stride: int, src_stride: int) -> dict:
+    """es_copy_rows' block: n rows of row_bytes bytes, strides in bytes (Concat, Split)."""
+    return params("es_copy_rows_params", rows=n, row_bytes=row_bytes, dst_stride=dst_stride,
+                  src_stride=src_stride)
 
 
 def _np(dtype):
@@ -139,8 +145,8 @@ def concat(L: Lowerer, node) -> None:
     calls, off = [], 0
     for r, shape, _ in srcs:
         row = shape[ax] * inner
-        calls.append(Call("es_copy_rows", [Ref(y, off), r, outer, row * 4, oshape[ax] * inner * 4,
-                                           row * 4]))
+        calls.append(Call("es_copy_rows", [Ref(y, off), r, rows(outer, row * 4,
+                                                                 oshape[ax] * inner * 4, row * 4)]))
         off += row
     L.add_step(node, [r.name for r, _, _ in srcs if r.name in L.tensors and
                       L.tensors[r.name].kind != "const"], [y], calls)
@@ -167,8 +173,8 @@ def split(L: Lowerer, node) -> None:
         shape = list(x.shape)
         shape[ax] = sz
         y = L.new_tensor(name, shape, "f32")
-        calls.append(Call("es_copy_rows", [Ref(y), Ref(x.tensor, off), outer, sz * inner * 4,
-                                           sz * inner * 4, x.shape[ax] * inner * 4]))
+        calls.append(Call("es_copy_rows", [Ref(y), Ref(x.tensor, off), rows(
+            outer, sz * inner * 4, sz * inner * 4, x.shape[ax] * inner * 4)]))
         off += sz * inner
         outs.append(y)
         L.bind(name, y, shape)
@@ -207,8 +213,8 @@ def pad(L: Lowerer, node) -> None:
     oshape = [x.shape[i] + pads[i] + pads[i + nd] for i in range(nd)]
     y = L.new_tensor(node.output[0], oshape, "f32")
     k = MAX_DIMS - nd
-    params = {"__struct__": "es_pad_params", "ndim": nd, "in": list(x.shape) + [1] * k,
-              "out": oshape + [1] * k, "before": pads[:nd] + [0] * k, "mode": mode,
-              "value": float(value)}
-    L.add_step(node, [x.tensor], [y], [Call("es_pad_f32", [Ref(x.tensor), Ref(y), params])])
+    table = params("es_pad_params", ndim=nd, **{"in": list(x.shape) + [1] * k},
+                   out=oshape + [1] * k, before=pads[:nd] + [0] * k, mode=mode,
+                   value=float(value))
+    L.add_step(node, [x.tensor], [y], [Call("es_pad_f32", [Ref(x.tensor), Ref(y), table])])
     L.bind(node.output[0], y, oshape)

@@ -177,6 +177,91 @@ enum {
 enum { ES_B_ADD, ES_B_SUB, ES_B_MUL, ES_B_DIV, ES_B_POW, ES_B_MAX, ES_B_MIN, ES_B_PRELU };
 /* reductions */
 enum { ES_R_MEAN, ES_R_SUM, ES_R_MAX };
+/* resize: interpolation, ONNX coordinate_transformation_mode, ONNX nearest_mode */
+enum { ES_RESIZE_NEAREST, ES_RESIZE_LINEAR };
+enum {
+    ES_COORD_HALF_PIXEL, ES_COORD_ALIGN_CORNERS, ES_COORD_ASYMMETRIC,
+    ES_COORD_PYTORCH_HALF_PIXEL, ES_COORD_TF_HALF_PIXEL_FOR_NN
+};
+enum {
+    ES_NEAREST_ROUND_PREFER_FLOOR, ES_NEAREST_ROUND_PREFER_CEIL, ES_NEAREST_FLOOR,
+    ES_NEAREST_CEIL
+};
+
+/* Parameter blocks of the kernels that are not convolutions, pooling windows or binary
+ * ops: model.c fills one per call as a static const struct named after its ONNX node, so
+ * no call passes a row of bare numbers. Sizes are element counts unless they say bytes;
+ * every kernel copies the fields it loops over into locals first (its stores through int8
+ * pointers may alias the block, so the compiler would otherwise reload them). */
+typedef struct { /* es_gemm_f32: y[M][N] = act(x[M][K] . w[N][K]^T + b[N]) */
+    int32_t M, N, K; /* rows of x and y, outputs per row, inputs per row */
+    int32_t act;     /* fused activation, ES_ACT_* */
+    float a0, a1;    /* ES_ACT_CLIP: bounds [a0, a1]; ES_ACT_LEAKY: slope a0 */
+} es_gemm_params;
+
+typedef struct { /* es_matmul_f32: for each of batch: y[M][N] = a[M][K] . b[K][N] */
+    int32_t batch, M, K, N;
+    int32_t a_stride, b_stride; /* elements between batches of a, of b (0: broadcast) */
+} es_matmul_params;
+
+typedef struct { /* es_unary_f32: y[i] = op(x[i]) for i < n */
+    int32_t n;
+    int32_t op;   /* ES_U_* */
+    float p0, p1; /* the op's constants: Clip bounds [p0, p1], LeakyRelu slope p0,
+                     HardSigmoid alpha p0 and beta p1, Elu alpha p0, Selu alpha p0 and
+                     gamma p1; 0 for the rest */
+} es_unary_params;
+
+typedef struct { /* es_reduce_f32: y[outer][inner] = op over n of x[outer][n][inner] */
+    int32_t outer, n, inner;
+    int32_t op; /* ES_R_* */
+} es_reduce_params;
+
+typedef struct { /* es_softmax_f32: over n of x[outer][n][inner] */
+    int32_t outer, n, inner;
+    int32_t is_log; /* 1: LogSoftmax, 0: Softmax */
+} es_softmax_params;
+
+typedef struct { /* es_lrn_f32 on one image x[C][inner], ONNX LRN */
+    int32_t C, inner;
+    int32_t size;            /* channels in the window */
+    float alpha, beta, bias; /* y = x / (bias + alpha / size * sum of squares)^beta */
+} es_lrn_params;
+
+typedef struct { /* es_resize2d_f32: NC planes of H x W to OH x OW */
+    int32_t NC, H, W, OH, OW;
+    int32_t mode;    /* ES_RESIZE_NEAREST or ES_RESIZE_LINEAR */
+    int32_t coord;   /* ES_COORD_*: how an output coordinate maps back to the input */
+    int32_t nearest; /* ES_NEAREST_*: rounding of that coordinate in nearest mode */
+    float sh, sw;    /* scale factors, output over input, rows and columns */
+} es_resize_params;
+
+typedef struct { /* es_copy_rows: rows rows of row_bytes bytes each (Concat, Split) */
+    int32_t rows, row_bytes;
+    int32_t dst_stride, src_stride; /* bytes from one row's start to the next's */
+} es_copy_rows_params;
+
+/* int8 kernels below: zero points are int8 values (-128..127); (mult, shift) is one
+ * rescale, real = mult * 2^(shift - 31) (es_mul_q, es_rq_scale); qmin..qmax the int8
+ * range the output is clamped to (narrower than -128..127 where a ReLU or Clip is fused);
+ * rq is ES_RQ_FIXED or ES_RQ_FP32 (es_requant). */
+typedef struct { /* es_fc_i8: y[M][N] = requant(bias[N] + (x[M][K] - x_zp) . w[N][K]^T) */
+    int32_t M, N, K;
+    int32_t x_zp, y_zp, qmin, qmax;
+    int32_t rq; /* the per-output (mult, shift) tables are pointer arguments */
+} es_fc_params;
+
+typedef struct { /* es_requant_i8: y[i] = y_zp + (x[i] - x_zp) rescaled, clamped; i < n */
+    int32_t n;
+    int32_t x_zp, y_zp, mult, shift, qmin, qmax; /* always ES_RQ_FIXED arithmetic */
+} es_requant_params;
+
+typedef struct { /* es_global_avgpool_i8: C channels of HW int8 values -> C means */
+    int32_t C, HW;
+    int32_t x_zp, y_zp;
+    int32_t mult, shift; /* x_scale / (y_scale * HW) */
+    int32_t rq;
+} es_gavgpool_params;
 
 /* ---- float32 kernels ------------------------------------------------------------------- */
 void es_conv2d_f32(const float *x, const float *w, const float *b, float *y,
@@ -190,28 +275,24 @@ void es_dwconv2d_f32(const float *x, const float *w, const float *b, float *scra
                      float *y, const es_conv_params *p);
 void es_conv_transpose2d_f32(const float *x, const float *w, const float *b, float *y,
                              const es_conv_params *p);
-void es_gemm_f32(const float *x, const float *w, const float *b, float *y, int M, int N, int K,
-                 int act, float a0, float a1);
-void es_matmul_f32(const float *a, const float *b, float *y, int batch, int M, int K, int N,
-                   int a_stride, int b_stride);
-void es_unary_f32(const float *x, float *y, int n, int op, float p0, float p1);
+void es_gemm_f32(const float *x, const float *w, const float *b, float *y,
+                 const es_gemm_params *p);
+void es_matmul_f32(const float *a, const float *b, float *y, const es_matmul_params *p);
+void es_unary_f32(const float *x, float *y, const es_unary_params *p);
 void es_binary_f32(const float *a, const float *b, float *y, int op, const es_bcast *bc);
 void es_channel_affine_f32(const float *x, const float *s, const float *b, float *y, int outer,
                            int C, int inner);
 void es_maxpool2d_f32(const float *x, float *y, const es_pool_params *p);
 void es_avgpool2d_f32(const float *x, float *y, const es_pool_params *p);
-void es_reduce_f32(const float *x, float *y, int outer, int n, int inner, int op);
-void es_softmax_f32(const float *x, float *y, int outer, int n, int inner, int is_log);
-void es_lrn_f32(const float *x, float *y, int C, int inner, int size, float alpha, float beta,
-                float bias);
+void es_reduce_f32(const float *x, float *y, const es_reduce_params *p);
+void es_softmax_f32(const float *x, float *y, const es_softmax_params *p);
+void es_lrn_f32(const float *x, float *y, const es_lrn_params *p);
 void es_pad_f32(const float *x, float *y, const es_pad_params *p);
-void es_resize2d_f32(const float *x, float *y, int NC, int H, int W, int OH, int OW, int mode,
-                     int coord, int nearest, float sh, float sw);
+void es_resize2d_f32(const float *x, float *y, const es_resize_params *p);
 
 /* ---- type-agnostic data movement ------------------------------------------------------- */
 void es_copy(void *dst, const void *src, size_t n);
-void es_copy_rows(void *dst, const void *src, int rows, int row_bytes, int dst_stride,
-                  int src_stride);
+void es_copy_rows(void *dst, const void *src, const es_copy_rows_params *p);
 void es_transpose(const void *x, void *y, int elem, const es_perm *p);
 
 /* ---- int8 kernels (TFLite scheme) ------------------------------------------------------ */
@@ -345,8 +426,7 @@ void es_dwconv2d_i8_hwc(const int8_t *x, const int8_t *w, const int32_t *bias,
                         const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
                         const es_conv_params *p);
 void es_fc_i8(const int8_t *x, const int8_t *w, const int32_t *bias, const int32_t *mult,
-              const int32_t *shift, int8_t *y, int M, int N, int K, int x_zp, int y_zp,
-              int qmin, int qmax, int32_t rq);
+              const int32_t *shift, int8_t *y, const es_fc_params *p);
 void es_add_i8(const int8_t *a, const int8_t *b, int8_t *y, int n, const es_qadd_params *p);
 /* the plain per-element loop es_add_i8's SIMD paths are tested against */
 void es_add_i8_ref(const int8_t *a, const int8_t *b, int8_t *y, int n,
@@ -364,12 +444,10 @@ void es_add_i8_bcast_ref(const int8_t *a, const int8_t *b, int8_t *y,
  * broadcasting and runs as es_add_i8_bcast; es_mul_i8_ref is its per-element oracle. */
 void es_mul_i8(const int8_t *a, const int8_t *b, int8_t *y, const es_qmul_params *p);
 void es_mul_i8_ref(const int8_t *a, const int8_t *b, int8_t *y, const es_qmul_params *p);
-void es_requant_i8(const int8_t *x, int8_t *y, int n, int x_zp, int y_zp, int32_t mult,
-                   int32_t shift, int qmin, int qmax);
+void es_requant_i8(const int8_t *x, int8_t *y, const es_requant_params *p);
 void es_maxpool2d_i8(const int8_t *x, int8_t *y, const es_pool_params *p);
 void es_avgpool2d_i8(const int8_t *x, int8_t *y, const es_pool_params *p);
-void es_global_avgpool_i8(const int8_t *x, int8_t *y, int C, int HW, int x_zp, int y_zp,
-                          int32_t mult, int32_t shift, int32_t rq);
+void es_global_avgpool_i8(const int8_t *x, int8_t *y, const es_gavgpool_params *p);
 
 /* ---- fixed-point requantisation --------------------------------------------------------- */
 /* x * real_multiplier, the multiplier given as (mult in Q31, shift): real = mult * 2^(shift-31).

@@ -95,7 +95,7 @@ def test_convert_int8_lowers_the_pipelines_static_qdq_model(tmp_path, digits_onn
     a = t.convert(ctx)
     assert a.meta["int8_source"] == "static" and a.meta["source_onnx"] == ctx.static_qdq.name
     assert a.precision == "int8" and (a.path / "weights_data.c").exists()
-    assert a.meta["requant"] == "fixed" and ".rq = 1" not in (a.path / "model.c").read_text()
+    assert a.meta["requant"] == "fixed" and "ES_RQ_FP32" not in (a.path / "model.c").read_text()
     y = t.runner(a)(digits_splits.val_x[:16])
     assert y.shape == (16, 10)
 

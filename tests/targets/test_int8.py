@@ -75,7 +75,7 @@ def test_fixed_point_requantization_builds_agree_with_onnxruntime(work, digits_q
     against another (onnxruntime requantises in fp32)."""
     out = generate(digits_qdq, work / "digits_c_fixed", precision="int8", requant="fixed")
     text = (out / "model.c").read_text()
-    assert ".rq = 0" in text and ".rq = 1" not in text  # every kernel call: ES_RQ_FIXED
+    assert ".rq = ES_RQ_FIXED" in text and "ES_RQ_FP32" not in text  # every kernel call
     x = digits_splits.val_x
     y, ref = run.run(out, x), ort_run(digits_qdq, x)
     assert _within(y, ref, output_scale(digits_qdq)) >= 0.999

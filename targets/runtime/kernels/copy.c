@@ -7,8 +7,9 @@ void es_copy(void *dst, const void *src, size_t n) {
     if (dst != src) memmove(dst, src, n);
 }
 
-void es_copy_rows(void *dst, const void *src, int rows, int row_bytes, int dst_stride,
-                  int src_stride) {
+void es_copy_rows(void *dst, const void *src, const es_copy_rows_params *p) {
+    const int rows = p->rows, row_bytes = p->row_bytes;
+    const int dst_stride = p->dst_stride, src_stride = p->src_stride;
     unsigned char *d = (unsigned char *)dst;
     const unsigned char *s = (const unsigned char *)src;
     int r;

@@ -36,7 +36,9 @@ static float unary1(float v, int op, float p0, float p1) {
     }
 }
 
-void es_unary_f32(const float *x, float *y, int n, int op, float p0, float p1) {
+void es_unary_f32(const float *x, float *y, const es_unary_params *p) {
+    const int n = p->n, op = p->op;
+    const float p0 = p->p0, p1 = p->p1;
     int i;
     if (op == ES_U_RELU) {
         for (i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;

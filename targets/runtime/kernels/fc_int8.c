@@ -2,8 +2,9 @@
 #include "../edgesmith_rt.h"
 
 void es_fc_i8(const int8_t *x, const int8_t *w, const int32_t *bias, const int32_t *mult,
-              const int32_t *shift, int8_t *y, int M, int N, int K, int x_zp, int y_zp,
-              int qmin, int qmax, int32_t rq) {
+              const int32_t *shift, int8_t *y, const es_fc_params *p) {
+    const int M = p->M, N = p->N, K = p->K, x_zp = p->x_zp;
+    const int32_t y_zp = p->y_zp, qmin = p->qmin, qmax = p->qmax, rq = p->rq;
     int i, j, k;
     for (i = 0; i < M; ++i) {
         const int8_t *xr = x + (size_t)i * K;

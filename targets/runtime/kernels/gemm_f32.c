@@ -2,8 +2,10 @@
  * row-per-output so both operands stream contiguously. es_matmul_f32: run-time operands. */
 #include "../edgesmith_rt.h"
 
-void es_gemm_f32(const float *x, const float *w, const float *b, float *y, int M, int N, int K,
-                 int act, float a0, float a1) {
+void es_gemm_f32(const float *x, const float *w, const float *b, float *y,
+                 const es_gemm_params *p) {
+    const int M = p->M, N = p->N, K = p->K, act = p->act;
+    const float a0 = p->a0, a1 = p->a1;
     int i, j, k;
     for (i = 0; i < M; ++i) {
         const float *xr = x + (size_t)i * K;
@@ -26,8 +28,9 @@ void es_gemm_f32(const float *x, const float *w, const float *b, float *y, int M
     }
 }
 
-void es_matmul_f32(const float *a, const float *b, float *y, int batch, int M, int K, int N,
-                   int a_stride, int b_stride) {
+void es_matmul_f32(const float *a, const float *b, float *y, const es_matmul_params *p) {
+    const int batch = p->batch, M = p->M, K = p->K, N = p->N;
+    const int a_stride = p->a_stride, b_stride = p->b_stride;
     int t, i, j, k;
     for (t = 0; t < batch; ++t) {
         const float *at = a + (size_t)t * a_stride, *bt = b + (size_t)t * b_stride;

@@ -3,8 +3,9 @@
 
 #include "../edgesmith_rt.h"
 
-void es_lrn_f32(const float *x, float *y, int C, int inner, int size, float alpha, float beta,
-                float bias) {
+void es_lrn_f32(const float *x, float *y, const es_lrn_params *p) {
+    const int C = p->C, inner = p->inner, size = p->size;
+    const float alpha = p->alpha, beta = p->beta, bias = p->bias;
     const int lo = (size - 1) / 2, hi = size - 1 - lo;
     int c, i, j;
     for (c = 0; c < C; ++c) {

@@ -48,7 +48,8 @@ void es_avgpool2d_f32(const float *x, float *y, const es_pool_params *p) {
     }
 }
 
-void es_reduce_f32(const float *x, float *y, int outer, int n, int inner, int op) {
+void es_reduce_f32(const float *x, float *y, const es_reduce_params *p) {
+    const int outer = p->outer, n = p->n, inner = p->inner, op = p->op;
     int o, i, k;
     for (o = 0; o < outer; ++o) {
         for (i = 0; i < inner; ++i) {

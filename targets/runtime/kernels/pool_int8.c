@@ -86,9 +86,10 @@ static int32_t sum_i8(const int8_t *x, int n) {
     return s;
 }
 
-void es_global_avgpool_i8(const int8_t *x, int8_t *y, int C, int HW, int x_zp, int y_zp,
-                          int32_t mult, int32_t shift, int32_t rq) {
+void es_global_avgpool_i8(const int8_t *x, int8_t *y, const es_gavgpool_params *p) {
     /* mult/shift encode x_scale / (y_scale * HW) */
+    const int C = p->C, HW = p->HW, x_zp = p->x_zp;
+    const int32_t y_zp = p->y_zp, mult = p->mult, shift = p->shift, rq = p->rq;
     int c = 0;
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
     for (; c + 16 <= C; c += 16) { /* 16 channel sums requantised as one vector */

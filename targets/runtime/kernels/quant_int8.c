@@ -33,8 +33,9 @@ void es_dequantize_i8_f32(const int8_t *x, float *y, int n, float scale, int zp)
     for (i = 0; i < n; ++i) y[i] = (float)((int32_t)x[i] - zp) * scale;
 }
 
-void es_requant_i8(const int8_t *x, int8_t *y, int n, int x_zp, int y_zp, int32_t mult,
-                   int32_t shift, int qmin, int qmax) {
+void es_requant_i8(const int8_t *x, int8_t *y, const es_requant_params *p) {
+    const int n = p->n, x_zp = p->x_zp, y_zp = p->y_zp;
+    const int32_t mult = p->mult, shift = p->shift, qmin = p->qmin, qmax = p->qmax;
     int i;
     for (i = 0; i < n; ++i)
         y[i] = es_sat8(es_mul_q((int32_t)x[i] - x_zp, mult, shift) + y_zp, qmin, qmax);

@@ -5,10 +5,11 @@
 
 static float src_coord(int o, float scale, int in, int out, int coord) {
     switch (coord) {
-    case 1: return out > 1 ? (float)o * (float)(in - 1) / (float)(out - 1) : 0.0f;
-    case 2: return (float)o / scale;
-    case 3: return out > 1 ? ((float)o + 0.5f) / scale - 0.5f : 0.0f;
-    case 4: return ((float)o + 0.5f) / scale;
+    case ES_COORD_ALIGN_CORNERS:
+        return out > 1 ? (float)o * (float)(in - 1) / (float)(out - 1) : 0.0f;
+    case ES_COORD_ASYMMETRIC: return (float)o / scale;
+    case ES_COORD_PYTORCH_HALF_PIXEL: return out > 1 ? ((float)o + 0.5f) / scale - 0.5f : 0.0f;
+    case ES_COORD_TF_HALF_PIXEL_FOR_NN: return ((float)o + 0.5f) / scale;
     default: return ((float)o + 0.5f) / scale - 0.5f;
     }
 }
@@ -16,17 +17,19 @@ static float src_coord(int o, float scale, int in, int out, int coord) {
 static int nearest_idx(float v, int mode, int n) {
     int i;
     switch (mode) {
-    case 1: i = (int)ceilf(v - 0.5f); break;        /* round_prefer_ceil */
-    case 2: i = (int)floorf(v); break;              /* floor */
-    case 3: i = (int)ceilf(v); break;               /* ceil */
-    default: i = (int)floorf(v + 0.5f);             /* round_prefer_floor */
+    case ES_NEAREST_ROUND_PREFER_CEIL: i = (int)ceilf(v - 0.5f); break;
+    case ES_NEAREST_FLOOR: i = (int)floorf(v); break;
+    case ES_NEAREST_CEIL: i = (int)ceilf(v); break;
+    default: i = (int)floorf(v + 0.5f); /* ES_NEAREST_ROUND_PREFER_FLOOR */
         if (v + 0.5f == floorf(v + 0.5f)) i = (int)floorf(v);
     }
     return i < 0 ? 0 : (i >= n ? n - 1 : i);
 }
 
-void es_resize2d_f32(const float *x, float *y, int NC, int H, int W, int OH, int OW, int mode,
-                     int coord, int nearest, float sh, float sw) {
+void es_resize2d_f32(const float *x, float *y, const es_resize_params *p) {
+    const int NC = p->NC, H = p->H, W = p->W, OH = p->OH, OW = p->OW;
+    const int mode = p->mode, coord = p->coord, nearest = p->nearest;
+    const float sh = p->sh, sw = p->sw;
     int c, oh, ow;
     for (c = 0; c < NC; ++c) {
         const float *xc = x + (size_t)c * H * W;
@@ -34,7 +37,7 @@ void es_resize2d_f32(const float *x, float *y, int NC, int H, int W, int OH, int
             const float fy = src_coord(oh, sh, H, OH, coord);
             for (ow = 0; ow < OW; ++ow) {
                 const float fx = src_coord(ow, sw, W, OW, coord);
-                if (mode == 0) {
+                if (mode == ES_RESIZE_NEAREST) {
                     *y++ = xc[nearest_idx(fy, nearest, H) * W + nearest_idx(fx, nearest, W)];
                 } else {
                     float cy = fy < 0.0f ? 0.0f : (fy > (float)(H - 1) ? (float)(H - 1) : fy);

@@ -3,7 +3,8 @@
 
 #include "../edgesmith_rt.h"
 
-void es_softmax_f32(const float *x, float *y, int outer, int n, int inner, int is_log) {
+void es_softmax_f32(const float *x, float *y, const es_softmax_params *p) {
+    const int outer = p->outer, n = p->n, inner = p->inner, is_log = p->is_log;
     int o, i, k;
     for (o = 0; o < outer; ++o) {
         for (i = 0; i < inner; ++i) {
