@@ -373,7 +373,7 @@ def summary(manifest: dict[str, Any], out: Path) -> dict[str, Any]:
     """The stable ``--json`` document (README "JSON output")."""
     keys = ("name", "format", "precision", "status", "path", "sha256", "size_bytes",
             "accuracy", "reference_accuracy", "accuracy_drop", "parity", "latency_ms_p50",
-            "message")
+            "message", "accuracy_ci95", "accuracy_drop_ci95", "unsupported_nodes")
     return {
         "out": str(out),
         "profile": manifest["profile"]["name"],
@@ -381,6 +381,7 @@ def summary(manifest: dict[str, Any], out: Path) -> dict[str, Any]:
         "targets": [{k: t.get(k) for k in keys} for t in manifest["targets"]],
         "budget_misses": manifest["budget_misses"],
         "compress": manifest.get("compress"),
+        "validation": manifest.get("validation"),
         "duration_s": manifest["duration_s"],
     }
 
