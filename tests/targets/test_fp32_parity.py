@@ -90,3 +90,30 @@ def test_unsupported_op_names_the_node(tmp_path):
     with pytest.raises(UnsupportedOpError) as e:
         lower(m)
     assert "nms_0" in str(e.value) and "NonMaxSuppression" in str(e.value)
+
+
+# (mode, coordinate_transformation_mode, nearest_mode): x2 and x3 upsampling puts output
+# coordinates exactly on .5 for asymmetric nearest, where the rounding modes differ
+RESIZE_MODES = [("nearest", c, r) for c in ("asymmetric", "half_pixel", "align_corners")
+                for r in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")] + [
+    ("linear", c, "round_prefer_floor") for c in ("half_pixel", "asymmetric", "align_corners",
+                                                  "pytorch_half_pixel")]
+
+
+@pytest.mark.parametrize(("mode", "coord", "nearest"), RESIZE_MODES,
+                         ids=["-".join(m) for m in RESIZE_MODES])
+def test_resize_matches_onnxruntime_in_each_coordinate_and_rounding_mode(mode, coord, nearest,
+                                                                        tmp_path):
+    from onnx import TensorProto, helper, numpy_helper
+
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 3], np.float32), "scales")
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], name="resize", mode=mode,
+                            coordinate_transformation_mode=coord, nearest_mode=nearest)
+    g = helper.make_graph([node], "g", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 5, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 10, 12])], [scales])
+    src = tmp_path / "resize.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(src))
+    x = np.random.default_rng(0).normal(size=(1, 2, 5, 4)).astype(np.float32)
+    out = generate(src, tmp_path / "c")
+    assert rel_err(run.run(out, x), ort_run(src, x)) <= 1e-6

@@ -17,7 +17,7 @@ static float src_coord(int o, float scale, int in, int out, int coord) {
 static int nearest_idx(float v, int mode, int n) {
     int i;
     switch (mode) {
-    case ES_NEAREST_ROUND_PREFER_CEIL: i = (int)ceilf(v - 0.5f); break;
+    case ES_NEAREST_ROUND_PREFER_CEIL: i = (int)floorf(v + 0.5f); break; /* a tie goes up */
     case ES_NEAREST_FLOOR: i = (int)floorf(v); break;
     case ES_NEAREST_CEIL: i = (int)ceilf(v); break;
     default: i = (int)floorf(v + 0.5f); /* ES_NEAREST_ROUND_PREFER_FLOOR */
