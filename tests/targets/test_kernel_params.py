@@ -5,7 +5,9 @@ those blocks compute what onnxruntime computes, so no field was wired to the wro
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +17,7 @@ from edgesmith.targets import codegen, run
 from edgesmith.targets.ir import lower
 from edgesmith.targets.isa import VNNI
 from edgesmith.targets.planner import plan
-from tests.targets._helpers import generate, ort_run
+from tests.targets._helpers import compile_harness, generate, ort_run
 
 NUMBER = re.compile(r"-?(\d+\.?\d*(e[-+]?\d+)?f|\d+[uUlL]*)")
 
@@ -226,3 +228,18 @@ def test_requantising_copies_pass_named_blocks_and_match_onnxruntime(tmp_path):
     y, ref = run.run(out, x), ort_run(src, x, "ORT_DISABLE_ALL")
     err = np.abs(y - ref) / 0.031
     assert err.max() <= 1.001 and float((err < 0.01).mean()) >= 0.95, err.max()
+
+
+@pytest.mark.slow
+def test_op_zoo_and_requantising_copies_run_clean_under_asan_and_ubsan(tmp_path):
+    """The blocks' sizes and strides keep every kernel inside its buffers: both models,
+    built with AddressSanitizer and UBSan, run whole and in resumable slices of 4 steps."""
+    zoo = generate(_op_zoo(tmp_path / "zoo.onnx"), tmp_path / "zoo")
+    rq = generate(_requant_model(tmp_path / "rq.onnx"), tmp_path / "rq", precision="int8")
+    for folder in (zoo, rq):
+        h = compile_harness(folder, folder / "harness_san", [
+            "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"])
+        p = subprocess.run([str(h), "slice", "4"], capture_output=True, text=True, cwd=folder,
+                           timeout=300)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert json.loads(p.stdout)["same"] == 1
