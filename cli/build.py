@@ -61,6 +61,8 @@ FINETUNE_EPOCHS = typer.Option(None, help="override compress.prune.finetune_epoc
                                           "(fine-tune after pruning)")
 FINETUNE_LR = typer.Option(None, help="override compress.prune.lr (fine-tune learning rate)")
 QAT_EPOCHS = typer.Option(None, help="override compress.qat.epochs")
+OPSET = typer.Option(None, help="ONNX opset of the torch export (17-20; default: 17, or the "
+                                "newer one the exporter names for an op 17 lacks)")
 
 
 @app.command()
@@ -82,6 +84,7 @@ def build(
     val_fraction: float = VAL_FRACTION,
     val_samples: int = VAL_SAMPLES,
     skip_unsupported: bool = SKIP_UNSUPPORTED,
+    opset: int = OPSET,
     force: bool = FORCE,
     as_json: bool = JSON,
 ) -> None:
@@ -97,7 +100,7 @@ def build(
                                 finetune_epochs=finetune_epochs, finetune_lr=finetune_lr,
                                 qat_epochs=qat_epochs, no_budget=no_budget, seed=seed,
                                 use_cache=not force, split=SplitRule(val_fraction, val_samples),
-                                skip_unsupported=skip_unsupported), as_json)
+                                skip_unsupported=skip_unsupported, opset=opset), as_json)
 
 
 @app.command()
@@ -114,6 +117,7 @@ def convert(
     val_fraction: float = VAL_FRACTION,
     val_samples: int = VAL_SAMPLES,
     skip_unsupported: bool = SKIP_UNSUPPORTED,
+    opset: int = OPSET,
     force: bool = FORCE,
     as_json: bool = JSON,
 ) -> None:
@@ -126,4 +130,4 @@ def convert(
                                 trust_pickle=trust_pickle, targets=target or [],
                                 compress=False, no_budget=no_budget, seed=seed,
                                 use_cache=not force, split=SplitRule(val_fraction, val_samples),
-                                skip_unsupported=skip_unsupported), as_json)
+                                skip_unsupported=skip_unsupported, opset=opset), as_json)

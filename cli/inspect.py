@@ -25,6 +25,8 @@ def inspect(
              "else the digits' 1x8x8)"),
     arch: str = typer.Option(None, help="callable building the architecture of a state dict"),
     trust_pickle: bool = typer.Option(False, help="allow arbitrary pickles in .pt (runs code!)"),
+    opset: int = typer.Option(None, help="ONNX opset of the torch export (17-20; default: 17, "
+                                         "or the newer one an op needs)"),
     all_nodes: bool = typer.Option(False, "--all", help="list every node, not only problems"),
     as_json: bool = typer.Option(False, "--json", help="print the full report as JSON"),
 ) -> None:
@@ -32,7 +34,8 @@ def inspect(
 
     Example: edgesmith inspect examples/digits/model.py:build --profile cortex-m7
     """
-    report = run_inspect(model, profile, data=data, arch=arch, trust_pickle=trust_pickle)
+    report = run_inspect(model, profile, data=data, arch=arch, trust_pickle=trust_pickle,
+                         opset=opset)
     if as_json:
         out_console.print_json(json.dumps(report))
         return
@@ -55,5 +58,5 @@ def inspect(
         out_console.print(table)
     counts = "; ".join(f"{t}: {c['supported']} supported, {c['lowered']} lowered, "
                        f"{c['unsupported']} unsupported" for t, c in report["counts"].items())
-    out_console.print(f"{len(report['rows'])} nodes. {counts}"
+    out_console.print(f"{len(report['rows'])} nodes at opset {report['opset']}. {counts}"
                       + ("" if all_nodes else "  (--all lists every node)"))

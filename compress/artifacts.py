@@ -27,8 +27,9 @@ def state_dict_bytes(model: nn.Module) -> int:
 
 
 def export_onnx(model: nn.Module, example: torch.Tensor, path: Path, *,
-                opset: int = OPSET) -> Path:
-    """FP32 ONNX with a dynamic batch axis: the same export ``edgesmith build`` uses."""
+                opset: int | None = None) -> Path:
+    """FP32 ONNX with a dynamic batch axis: the same export ``edgesmith build`` uses
+    (``opset`` None: opset 17, or the newer one an op needs)."""
     return export.export_onnx(model, tuple(example.shape), path, opset=opset)
 
 

@@ -51,6 +51,7 @@ class BuildRequest:
     use_cache: bool = True  # --force turns it off
     split: data_mod.SplitRule = field(default_factory=data_mod.SplitRule)  # --val-*
     skip_unsupported: bool = False  # build the targets that can express every node
+    opset: int | None = None  # --opset; None: 17, or the newer one an op needs
 
 
 def _input_hashes(req: BuildRequest, profile_path: Path, splits) -> dict[str, str]:
@@ -96,6 +97,7 @@ class Exported:
     torchscript: Path | None
     compat: Any  # convert.compat.Report
     skipped: list[str] = field(default_factory=list)  # --skip-unsupported: not built
+    opset: int = 0  # the default-domain opset of the FP32 ONNX (exported, or as given)
 
 
 @dataclass
@@ -149,6 +151,7 @@ def _load(req: BuildRequest, events: Events) -> Inputs:
         _check_overrides(req, profile)
         targets = stages.resolve_targets(profile, req.targets, str(profile_path))
         loaded = model_mod.load(req.model, arch=req.arch, trust_pickle=req.trust_pickle)
+        export.check_opset(req.opset, None if loaded.torch_model is not None else loaded.ref)
         splits = data_mod.load(req.data, seed=req.seed, rule=req.split)
         loaded = stages.fit_batch(loaded, splits)
         ref = stages.reference(loaded, splits)
@@ -199,7 +202,7 @@ def _compress(req: BuildRequest, inputs: Inputs, root: Path, work_dir: Path,
     splits = inputs.splits
     with events.stage("compat", "before compressing: every node x every target"):
         pre = export.export_onnx(inputs.loaded.torch_model, splits.spec.batch_shape(1),
-                                 work_dir / "precheck.onnx")
+                                 work_dir / "precheck.onnx", opset=req.opset)
         compat.check(pre, stages.compat_targets(inputs.targets)).raise_for_unsupported(
             req.skip_unsupported)
     with capture.to_log(root / "logs" / "compress.log"):  # NNCF's progress bars, torch's
@@ -218,17 +221,23 @@ def _compress(req: BuildRequest, inputs: Inputs, root: Path, work_dir: Path,
 
 
 def _export(inputs: Inputs, compressed: Compressed | None, root: Path, work_dir: Path,
-            events: Events, skip: bool = False) -> Exported:
-    """One ONNX export per model version (compress/ already exported the compressed one),
-    graph optimisation checked against the export, then the op-compat gate (which, with
+            events: Events, skip: bool = False, opset: int | None = None) -> Exported:
+    """One ONNX export per model version (compress/ already exported the compressed one,
+    at the automatic opset: an ``opset`` other than that one exports it again), graph
+    optimisation checked against the export, then the op-compat gate (which, with
     ``skip``, names the targets to leave out instead of stopping)."""
     splits = inputs.splits
-    with events.stage("export", "ONNX opset 17 + graph optimisation"):
+    asked = f"ONNX opset {opset}" if opset else "ONNX export"
+    with events.stage("export", f"{asked} + graph optimisation"):
         if compressed is not None:
             raw, torchscript = compressed.onnx, compressed.torchscript
+            if opset is not None and export.exported_opset(raw) != opset:
+                raw = export.export_onnx(compressed.model, splits.spec.batch_shape(1),
+                                         work_dir / "raw.onnx", opset=opset)
         elif inputs.loaded.torch_model is not None:
             model = inputs.loaded.torch_model
-            raw = export.export_onnx(model, splits.spec.batch_shape(1), work_dir / "raw.onnx")
+            raw = export.export_onnx(model, splits.spec.batch_shape(1), work_dir / "raw.onnx",
+                                     opset=opset)
             torchscript = export.trace_torchscript(model, splits.spec.batch_shape(1),
                                                    work_dir / "model.ts")
         elif inputs.loaded.onnx_bytes is not None:  # the graph with its batch made symbolic
@@ -238,11 +247,15 @@ def _export(inputs: Inputs, compressed: Compressed | None, root: Path, work_dir:
             raw, torchscript = inputs.loaded.onnx_path, None
         opt = optimize.optimize(raw, root / "model.onnx", splits.val_x,
                                 inputs.loaded.batch.max_batch or 256)
+        used = export.exported_opset(raw)
+    if opset is None and inputs.loaded.torch_model is not None and used != export.DEFAULT_OPSET:
+        events.info(f"export: opset {used}, the one the exporter named for an op that opset "
+                    f"{export.DEFAULT_OPSET} lacks (--opset chooses)")
     with events.stage("compat", "every node x every target"):
         report_c = compat.check(opt.path, stages.compat_targets(inputs.targets))
         write_json_atomic(root / "compat.json", report_c.to_json())
         skipped = report_c.raise_for_unsupported(skip)
-    return Exported(opt, torchscript, report_c, skipped)
+    return Exported(opt, torchscript, report_c, skipped, used)
 
 
 def _convert_targets(req: BuildRequest, inputs: Inputs, compressed: Compressed | None,
@@ -309,7 +322,8 @@ def _manifest(req: BuildRequest, inputs: Inputs, compressed: Compressed | None,
         "data": splits.summary(),
         "reference": reference,
         "validation": validate.resolution(len(splits.val_y), profile.budgets.accuracy_drop),
-        "stages": {"export": {"opset": export.DEFAULT_OPSET, "from": inputs.loaded.kind,
+        "stages": {"export": {"opset": exported.opset, "opset_requested": req.opset,
+                              "from": inputs.loaded.kind,
                               "batch": inputs.loaded.batch.to_json()},
                    "optimize": exported.optimized.summary(),
                    "compat": exported.compat.counts(), "calibration": calib.summary()},
@@ -353,7 +367,8 @@ def run(req: BuildRequest, events: Events | None = None) -> BuildOutcome:
             outdir.work_dir(need) as work_dir:
         compressed = (_compress(req, inputs, root, work_dir, events)
                       if _wants_compress(req, inputs) else None)
-        exported = _export(inputs, compressed, root, work_dir, events, req.skip_unsupported)
+        exported = _export(inputs, compressed, root, work_dir, events, req.skip_unsupported,
+                           req.opset)
         calib = stages.calibration_for(
             from_splits(inputs.splits, inputs.profile.compress.calibration, warn=events.warn),
             inputs.loaded.batch.max_batch)

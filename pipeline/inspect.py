@@ -22,25 +22,31 @@ DATA_FIX = ("pass --data with samples the model takes (a .npz whose x is (N, *in
 
 
 def inspect(model_ref: str, profile_ref: str, *, data: str | None = None,
-            arch: str | None = None, trust_pickle: bool = False) -> dict[str, Any]:
+            arch: str | None = None, trust_pickle: bool = False,
+            opset: int | None = None) -> dict[str, Any]:
     """Without ``data`` the input shape comes from the ONNX graph, or for a torch model
-    from the demo's digits (1x8x8); when neither fits, the error asks for --data."""
+    from the demo's digits (1x8x8); when neither fits, the error asks for --data.
+    ``opset``: the torch export's, as ``build --opset`` (None: 17 or what an op needs)."""
     from edgesmith.convert import compat, export, optimize
 
+    export.check_opset(opset)  # a wrong number stops before the model is loaded
     profile_path = resolve_path(profile_ref)
     profile = load_profile(profile_path)
     resolved = resolve_targets(profile, None, str(profile_path))
     loaded = model_mod.load(model_ref, arch=arch, trust_pickle=trust_pickle)
+    export.check_opset(opset, None if loaded.torch_model is not None else model_ref)
     shape, samples = _input(loaded, data)
     with tempfile.TemporaryDirectory(prefix="edgesmith-inspect-") as work:
         if loaded.torch_model is not None:
-            raw = export.export_onnx(loaded.torch_model, shape, Path(work) / "raw.onnx")
+            raw = export.export_onnx(loaded.torch_model, shape, Path(work) / "raw.onnx",
+                                     opset=opset)
         else:
             raw = loaded.onnx_path
         opt = optimize.optimize(raw, Path(work) / "model.onnx", samples)
         report = compat.check(opt.path, compat_targets(resolved))
-    return {"model": model_ref, "profile": profile.name, "optimize": opt.summary(),
-            **report.to_json()}
+        used = export.exported_opset(raw)
+    return {"model": model_ref, "profile": profile.name, "opset": used,
+            "optimize": opt.summary(), **report.to_json()}
 
 
 def _input(loaded: model_mod.LoadedModel, data: str | None) -> tuple[tuple[int, ...], np.ndarray]:
