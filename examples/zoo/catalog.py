@@ -1,0 +1,59 @@
+"""What the zoo holds: each model's file, the callable ``--arch`` takes per input size, the
+data set it trains on, and how it trains. train.py and benchmarks/zoo.py read this table;
+nothing else lists the zoo."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    file: str                      # beside this file
+    data: str                      # digits | shapes | keywords
+    sizes: tuple[int, ...]         # input sizes with a ready --arch callable (0: 1-D input)
+    arch_fn: str = "build"         # "{size}" is replaced by the input size
+    optimizer: str = "adamw"       # converges in few epochs from scratch, for every family
+    lr: float = 2e-3
+    epochs: int = 15
+    note: str = ""
+
+    def arch(self, size: int) -> str:
+        """The ``--arch`` reference for this size (an absolute path: works from any cwd)."""
+        return f"{HERE / self.file}:{self.arch_fn.format(size=size)}"
+
+    def data_ref(self, size: int) -> str:
+        """The ``--data`` reference (``examples/zoo/data.py:digits96``)."""
+        fn = "keywords" if self.data == "keywords" else f"{self.data}{size}"
+        return f"{HERE / 'data.py'}:{fn}"
+
+    def stem(self, size: int) -> str:
+        return f"{self.name}-{self.data}{size}" if size else f"{self.name}-{self.data}"
+
+
+IMAGE_SIZES = (32, 64, 96)
+ZOO = {e.name: e for e in (
+    Entry("mobilenetv2", "mobilenetv2.py", "digits", IMAGE_SIZES),
+    Entry("mobilenetv3_small", "mobilenetv3.py", "digits", IMAGE_SIZES),
+    Entry("resnet18", "resnet18.py", "shapes", IMAGE_SIZES),
+    Entry("efficientnet_b0", "efficientnet.py", "shapes", IMAGE_SIZES),
+    Entry("vit_small", "vit.py", "shapes", (32, 96), "build_small_{size}", lr=1e-3,
+          note="4 blocks of width 96, DeiT-tiny's structure (vit.py:build_96 is DeiT-tiny itself)"),
+    Entry("kws_gru", "kws_gru.py", "keywords", (0,), lr=3e-3),
+)}
+
+
+def cache_dir() -> Path:
+    """Where trained checkpoints live: $XDG_CACHE_HOME/edgesmith/zoo (~/.cache/...)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "edgesmith" / "zoo"
+
+
+def default_size(entry: Entry) -> int:
+    """The size to train when none is asked: the smallest (what fits a laptop CPU)."""
+    return min(entry.sizes)
