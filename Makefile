@@ -17,7 +17,7 @@ APT_PACKAGES := gcc make openssh-server openssh-client gcc-aarch64-linux-gnu \
 APT_BINARIES := gcc make sshd ssh-keygen aarch64-linux-gnu-gcc qemu-aarch64 \
 	arm-none-eabi-gcc arm-none-eabi-size valgrind
 
-.PHONY: setup system-deps demo test test-all lint bench clean
+.PHONY: setup system-deps demo test test-all lint bench zoo clean
 
 setup: system-deps $(STAMP)
 
@@ -63,6 +63,11 @@ bench: setup examples/digits/digits.pt
 	$(PY) benchmarks/convert_digits.py
 	$(PY) benchmarks/c_runtime.py
 	$(PY) benchmarks/ssh_overhead.py
+
+# train the zoo models (examples/zoo) whose checkpoints are missing from
+# $XDG_CACHE_HOME/edgesmith/zoo, at their smallest input size; keeps those that exist
+zoo: setup
+	$(PY) examples/zoo/train.py --missing
 
 lint: setup
 	$(VENV)/bin/ruff check .
