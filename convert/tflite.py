@@ -6,10 +6,9 @@ data, and on the digits demo its full-integer model loses 0.28 pt (99.44 -> 99.1
 litert-torch would start from torch instead, but pulls transformers, jax and hub clients
 into the environment for no measured accuracy gain (see DESIGN.md traps).
 
-onnx2tf runs in a child process in a throw-away working directory: it writes into its
-cwd, fetches sample images over the network unless a synthetic one is there, and prints
-a great deal, all of which goes to the target's log. A crash there (a Python error, or
-TensorFlow aborting the process) becomes a ``ConversionError`` naming the stage.
+onnx2tf runs in a child process (``_onnx2tf.py``: its working directory, environment,
+executables, and what a crash there becomes: a ``ConversionError`` naming the stage, the
+signal and the step, never a crash of the build).
 
 TFLite graphs are channels-last. The runner takes the NCHW float32 batch the torch model
 takes, transposes it, quantizes it for int8 I/O, and hands back float32 outputs in the
@@ -19,12 +18,7 @@ ONNX layout, so validation and users never see the difference.
 from __future__ import annotations
 
 import functools
-import json
-import os
 import shutil
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,12 +26,11 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgesmith.artifact import Artifact
+from edgesmith.convert import _onnx2tf
 from edgesmith.errors import ConversionError
 from edgesmith.target import CompatRule, ConvertContext, Runner, Target
 
 FORMAT = "tflite"
-# the file onnx2tf fetches unless it is in its cwd (for any 4-D input with 3 channels)
-_SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
 # which onnx2tf output file answers which (precision, io)
 _VARIANTS = {
     ("fp32", "float"): "_float32.tflite",
@@ -45,14 +38,6 @@ _VARIANTS = {
     ("int8", "float"): "_integer_quant.tflite",
     ("int8", "int8"): "_full_integer_quant.tflite",
 }
-
-# Runs in the child: argv[1] is a JSON object of onnx2tf.convert keyword arguments.
-_CHILD = """
-import json, sys
-import onnx2tf
-onnx2tf.convert(**json.loads(sys.argv[1]))
-"""
-
 
 # Rules observed with onnx2tf 1.28 + ai-edge-litert 2.3 (tests/convert/test_compat_rules.py
 # converts a tiny model per rule and checks it): "unsupported" means the conversion fails,
@@ -124,7 +109,7 @@ class TFLiteTarget(Target):
     def convert(self, ctx: ConvertContext) -> Artifact:
         precision = ctx.precision
         io = ctx.options.io if precision == "int8" else "float"
-        produced = _onnx2tf_cached(ctx, int8=precision == "int8")
+        produced = _onnx2tf.converted(ctx, int8=precision == "int8")
         src = produced / (ctx.fp32_onnx.stem + _VARIANTS[(precision, io)])
         if not src.is_file():
             raise ConversionError(
@@ -146,6 +131,8 @@ class TFLiteTarget(Target):
                 ctx.log("note: TFLite INT8 is calibrated post-training from the FP32 ONNX; "
                         "the QAT model's scales are not carried over")
         meta.update(_describe(out))
+        if precision == "int8":
+            _check_calibrated_layout(ctx, meta["inputs"])
         ctx.log(f"tflite {precision} io={io}: {out} inputs={meta['inputs']} "
                 f"outputs={meta['outputs']}")
         return Artifact.of(out, FORMAT, precision, **meta)
@@ -185,97 +172,6 @@ class TFLiteTarget(Target):
         spec["inputs"] = artifact.meta.get("inputs", [])
         spec["outputs"] = artifact.meta.get("outputs", [])
         return spec
-
-
-# -- onnx2tf in a child process ---------------------------------------------------------------
-def _onnx2tf_cached(ctx: ConvertContext, *, int8: bool) -> Path:
-    """One onnx2tf run writes every variant (fp32, fp16, and int8 when calibrating), so
-    the tflite targets of one build share it through the build's scratch folder."""
-    import hashlib
-
-    h = hashlib.sha256(Path(ctx.fp32_onnx).read_bytes())
-    h.update(repr(tuple(ctx.spec.shape)).encode())
-    base = h.hexdigest()[:16]
-    h.update(np.ascontiguousarray(ctx.calib.x).tobytes())
-    h.update(repr(ctx.calib.per_channel).encode())
-    with_int8 = _ensure(ctx.work_dir) / f"onnx2tf-{h.hexdigest()[:16]}-int8"
-    float_only = Path(ctx.work_dir) / f"onnx2tf-{base}-float"
-    for done in ([with_int8] if int8 else [with_int8, float_only]):
-        if (done / "saved_model").is_dir():
-            ctx.log(f"onnx2tf: reusing {done} (same ONNX and calibration set)")
-            return done / "saved_model"
-    final = with_int8 if int8 else float_only
-    work = Path(tempfile.mkdtemp(prefix="onnx2tf-", dir=ctx.work_dir))
-    try:
-        _run_onnx2tf(ctx, work, int8=int8)
-        shutil.rmtree(final, ignore_errors=True)
-        (work / "saved_model").rename(_ensure(final) / "saved_model")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return final / "saved_model"
-
-
-def _run_onnx2tf(ctx: ConvertContext, work: Path, *, int8: bool) -> Path:
-    """Run onnx2tf on ``ctx.fp32_onnx``; returns the folder holding its .tflite files."""
-    out_dir = work / "saved_model"
-    cwd = work / "cwd"
-    cwd.mkdir()
-    np.save(cwd / _SAMPLE_FILE, np.zeros((20, 128, 128, 3), np.float32))
-    input_name = _input_name(ctx.fp32_onnx)
-    kwargs: dict[str, Any] = {
-        "input_onnx_file_path": str(_static_batch(ctx, _ensure(work / "static"))),
-        "output_folder_path": str(out_dir),
-        # the export has a dynamic batch axis; TFLite wants every shape static, and
-        # batch_size=1 alone leaves symbolic dims in some ops (ConvTranspose, Reshape)
-        "overwrite_input_shape": [f"{input_name}:{','.join(map(str, (1, *ctx.spec.shape)))}"],
-        "copy_onnx_input_output_names_to_tflite": True,
-        "verbosity": "info",
-    }
-    if int8:
-        calib = work / "calib_nhwc.npy"
-        np.save(calib, ctx.calib.nhwc().astype(np.float32))
-        # the shared set is already normalised: mean 0, std 1 leaves it as it is
-        kwargs.update(
-            output_integer_quantized_tflite=True,
-            quant_type="per-channel" if ctx.calib.per_channel else "per-tensor",
-            custom_input_op_name_np_data_path=[[input_name, str(calib), 0.0, 1.0]],
-        )
-    ctx.log(f"$ onnx2tf {json.dumps(kwargs)}")
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "-1",
-           "PYTHONUNBUFFERED": "1"}
-    stage = f"{FORMAT} conversion (onnx2tf{', int8 calibration' if int8 else ''})"
-    ctx.log_path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with ctx.log_path.open("a", encoding="utf-8") as log:
-            proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(kwargs)], cwd=cwd,
-                                  env=env, stdout=log, stderr=subprocess.STDOUT,
-                                  timeout=ctx.options.timeout_s, check=False)
-    except subprocess.TimeoutExpired:
-        raise ConversionError(f"onnx2tf did not finish within {ctx.options.timeout_s:g} s",
-                              where=stage, fix=f"see {ctx.log_path}; raise options.timeout_s "
-                                               "for very large models") from None
-    if proc.returncode != 0:
-        raise ConversionError(
-            f"onnx2tf failed (exit status {proc.returncode}): {_last_error(ctx.log_path)}",
-            where=stage,
-            fix=f"full converter output in {ctx.log_path}; if an op is to blame, check "
-                "`edgesmith inspect` and replace it or drop the tflite target")
-    return out_dir
-
-
-def _last_error(log_path: Path) -> str:
-    """The most telling line of a failed run: the last exception line, else the last line."""
-    lines = [ln.strip() for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()]
-    for ln in reversed(lines):
-        if "Error" in ln or "error" in ln or "Exception" in ln:
-            return _strip_ansi(ln)[:300]
-    return _strip_ansi(lines[-1])[:300] if lines else "(no output)"
-
-
-def _strip_ansi(s: str) -> str:
-    import re
-
-    return re.sub(r"\x1b\[[0-9;]*m", "", s)
 
 
 # -- layout and quantization of I/O ------------------------------------------------------------
@@ -342,40 +238,17 @@ def _onnx_output_shapes(onnx_path: Path, sample: np.ndarray) -> list[list[int]]:
     return [list(o.shape) for o in outs]
 
 
-def _static_batch(ctx: ConvertContext, folder: Path) -> Path:
-    """A copy with batch 1 everywhere, re-simplified: onnx2tf reads declared output and
-    value_info shapes (a symbolic batch left there breaks ConvTranspose), and constant
-    shape arithmetic that only folds once the batch is known breaks its Reshape handling.
-    onnx2tf's own simplifier (the onnxsim CLI) is not installed; onnxslim is."""
-    import onnx
-
-    out = folder / Path(ctx.fp32_onnx).name  # onnx2tf names its outputs after this stem
-    model = onnx.load(str(ctx.fp32_onnx))
-    for value in [*model.graph.input, *model.graph.output]:
-        dims = value.type.tensor_type.shape.dim
-        if len(dims) and not dims[0].HasField("dim_value"):
-            dims[0].Clear()
-            dims[0].dim_value = 1
-    for value in model.graph.output:  # let inference fill the rest from the static input
-        for d in value.type.tensor_type.shape.dim[1:]:
-            if not d.HasField("dim_value"):
-                d.Clear()
-    del model.graph.value_info[:]
-    model = onnx.shape_inference.infer_shapes(model)
-    try:
-        import onnxslim
-
-        model = onnxslim.slim(model)
-    except Exception as e:  # simplification is an aid, not a requirement
-        ctx.log(f"note: onnxslim on the static-batch copy failed ({e}); using it unsimplified")
-    onnx.save(model, str(out))
-    return out
-
-
-def _input_name(onnx_path: Path) -> str:
-    import onnx
-
-    return onnx.load(str(onnx_path), load_external_data=False).graph.input[0].name
+def _check_calibrated_layout(ctx: ConvertContext, inputs: list[dict[str, Any]]) -> None:
+    """The calibration samples were fed channels-last; a TFLite input of another shape
+    means they were not the tensors the model takes, and its scales would be made up."""
+    fed = list(_onnx2tf.channels_last(ctx.calib.x[:1]).shape[1:])
+    got = inputs[0]["shape"][1:] if inputs else fed
+    if list(got) != fed:
+        raise ConversionError(
+            f"onnx2tf's TFLite input is {inputs[0]['shape']}, but the calibration samples "
+            f"were laid out as [N, {', '.join(map(str, fed))}]", where=f"{FORMAT} int8 "
+            "calibration", fix="report the model: onnx2tf chose an input layout edgesmith "
+                               "does not expect; the fp32/fp16 tflite targets are unaffected")
 
 
 def _version(dist: str) -> str:

@@ -1,0 +1,238 @@
+"""onnx2tf in a child process: the TFLite target's converter run, kept apart from the target.
+
+onnx2tf runs in a throw-away working directory: it writes into its cwd, fetches sample
+images over the network unless a synthetic one is there, and prints a great deal, all of
+which goes to the target's log. A crash there (a Python error, or TensorFlow aborting or
+segfaulting the process) becomes a ``ConversionError`` naming the stage and, for a crash,
+the signal and the step onnx2tf had reached; the build process itself never goes down.
+
+What onnx2tf runs besides Python: the ``onnxsim`` executable (pip package ``onnxsim``),
+looked up on the child's PATH with this interpreter's bin folder first, so a venv that is
+not activated still provides it. Without it onnx2tf would log a FileNotFoundError and go
+on; we say so once and skip that step instead (the graph was already simplified with
+onnxslim, see ``static_batch``).
+
+Recurrent layers (GRU/LSTM/RNN) are unrolled over time (``enable_rnn_unroll``): as TFLite
+WHILE loops, TensorFlow's INT8 calibrator segfaults on them (tensorflow#62281, #75140,
+since TF 2.14); unrolled, the same model calibrates and runs.
+
+Named with a leading underscore so the target registry's discovery skips it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgesmith.errors import ConversionError
+from edgesmith.target import ConvertContext
+
+FORMAT = "tflite"
+# the file onnx2tf fetches unless it is in its cwd (for any 4-D input with 3 channels)
+SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
+ONNXSIM = "onnxsim"  # onnx2tf's simplifier: an executable from the pip package of that name
+UNROLL_RNN = True  # GRU/LSTM/RNN as unrolled ops, not WHILE loops (see the module docstring)
+
+# Runs in the child: argv[1] is a JSON object of onnx2tf.convert keyword arguments.
+_CHILD = """
+import json, sys
+import onnx2tf
+onnx2tf.convert(**json.loads(sys.argv[1]))
+"""
+# onnx2tf's progress lines, in the order it reaches them: the last one in a crashed run's
+# log says which step the crash cut short
+_STEPS = [
+    ("Model optimizing started", "simplifying the graph"),
+    ("Model conversion started", "converting the ONNX ops"),
+    ("saved_model output started", "writing the saved model"),
+    ("saved_model output complete", "writing the float TFLite models"),
+    ("Dynamic Range Quantization tflite output complete", "INT8 calibration"),
+    ("INT8 Quantization tflite output complete", "writing the INT8 models"),
+]
+
+
+def converted(ctx: ConvertContext, *, int8: bool) -> Path:
+    """The folder of onnx2tf's .tflite files for ``ctx.fp32_onnx``. One run writes every
+    variant (fp32, fp16, and int8 when calibrating), so the tflite targets of one build
+    share it through the build's scratch folder."""
+    h = hashlib.sha256(Path(ctx.fp32_onnx).read_bytes())
+    h.update(repr(tuple(ctx.spec.shape)).encode())
+    base = h.hexdigest()[:16]
+    h.update(np.ascontiguousarray(ctx.calib.x).tobytes())
+    h.update(repr(ctx.calib.per_channel).encode())
+    with_int8 = _ensure(ctx.work_dir) / f"onnx2tf-{h.hexdigest()[:16]}-int8"
+    float_only = Path(ctx.work_dir) / f"onnx2tf-{base}-float"
+    for done in ([with_int8] if int8 else [with_int8, float_only]):
+        if (done / "saved_model").is_dir():
+            ctx.log(f"onnx2tf: reusing {done} (same ONNX and calibration set)")
+            return done / "saved_model"
+    final = with_int8 if int8 else float_only
+    work = Path(tempfile.mkdtemp(prefix="onnx2tf-", dir=ctx.work_dir))
+    try:
+        _run(ctx, work, int8=int8)
+        shutil.rmtree(final, ignore_errors=True)
+        (work / "saved_model").rename(_ensure(final) / "saved_model")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return final / "saved_model"
+
+
+def channels_last(x: np.ndarray) -> np.ndarray:
+    """Samples in the layout onnx2tf gives the TFLite input: the channel axis moved last
+    for every input of rank 3 or more (NCL -> NLC as well as NCHW -> NHWC). Calibration
+    data in the ONNX layout would be fed to a tensor of another shape."""
+    return np.ascontiguousarray(np.moveaxis(x, 1, -1)) if x.ndim >= 3 else x
+
+
+def child_env() -> dict[str, str]:
+    """The child's environment: this interpreter's bin folder first on PATH (a venv run
+    as ``.venv/bin/edgesmith`` is not activated), TensorFlow quiet and on the CPU."""
+    bin_dir = str(Path(sys.executable).parent)
+    path = os.pathsep.join([bin_dir, *[p for p in os.environ.get("PATH", "").split(os.pathsep)
+                                       if p and p != bin_dir]])
+    return {**os.environ, "PATH": path, "TF_CPP_MIN_LOG_LEVEL": "2",
+            "CUDA_VISIBLE_DEVICES": "-1", "PYTHONUNBUFFERED": "1"}
+
+
+def _kwargs(ctx: ConvertContext, work: Path, env: dict[str, str], *, int8: bool) -> dict:
+    input_name = input_name_of(ctx.fp32_onnx)
+    kwargs: dict[str, Any] = {
+        "input_onnx_file_path": str(static_batch(ctx, _ensure(work / "static"))),
+        "output_folder_path": str(work / "saved_model"),
+        # the export has a dynamic batch axis; TFLite wants every shape static, and
+        # batch_size=1 alone leaves symbolic dims in some ops (ConvTranspose, Reshape)
+        "overwrite_input_shape": [f"{input_name}:{','.join(map(str, (1, *ctx.spec.shape)))}"],
+        "copy_onnx_input_output_names_to_tflite": True,
+        "enable_rnn_unroll": UNROLL_RNN,  # no WHILE loops: TF's calibrator segfaults on them
+        "verbosity": "info",
+    }
+    if shutil.which(ONNXSIM, path=env["PATH"]) is None:
+        kwargs["not_use_onnxsim"] = True
+        ctx.log(f"note: no {ONNXSIM} executable on PATH ({env['PATH']}); onnx2tf's own "
+                f"simplification is skipped (pip package `{ONNXSIM}` provides it); the graph "
+                "was simplified with onnxslim already")
+    if int8:
+        calib = work / "calib_channels_last.npy"
+        np.save(calib, channels_last(ctx.calib.x).astype(np.float32))
+        # the shared set is already normalised: mean 0, std 1 leaves it as it is
+        kwargs.update(
+            output_integer_quantized_tflite=True,
+            quant_type="per-channel" if ctx.calib.per_channel else "per-tensor",
+            custom_input_op_name_np_data_path=[[input_name, str(calib), 0.0, 1.0]],
+        )
+    return kwargs
+
+
+def _run(ctx: ConvertContext, work: Path, *, int8: bool) -> Path:
+    """Run onnx2tf on ``ctx.fp32_onnx``; returns the folder holding its .tflite files."""
+    cwd = work / "cwd"
+    cwd.mkdir()
+    np.save(cwd / SAMPLE_FILE, np.zeros((20, 128, 128, 3), np.float32))
+    env = child_env()
+    kwargs = _kwargs(ctx, work, env, int8=int8)
+    ctx.log(f"$ onnx2tf {json.dumps(kwargs)}")
+    stage = f"{FORMAT} conversion (onnx2tf{', int8 calibration' if int8 else ''})"
+    ctx.log_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with ctx.log_path.open("a", encoding="utf-8") as log:
+            proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(kwargs)], cwd=cwd,
+                                  env=env, stdout=log, stderr=subprocess.STDOUT,
+                                  timeout=ctx.options.timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        raise ConversionError(f"onnx2tf did not finish within {ctx.options.timeout_s:g} s",
+                              where=stage, fix=f"see {ctx.log_path}; raise options.timeout_s "
+                                               "for very large models") from None
+    if proc.returncode != 0:
+        raise ConversionError(
+            failure(proc.returncode, ctx.log_path), where=stage,
+            fix=f"full converter output in {ctx.log_path}; if an op is to blame, check "
+                "`edgesmith inspect` and replace it or drop the tflite target")
+    return work / "saved_model"
+
+
+def failure(returncode: int, log_path: Path) -> str:
+    """What went wrong, in one line: a crash by signal names the signal and the step it
+    cut short (the log's last error line is then an earlier, unrelated warning); an exit
+    with a status quotes the last error line."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return (f"onnx2tf crashed ({name}) while {last_step(log_path)}: a fault inside "
+                "TensorFlow/onnx2tf, not an error it reported")
+    return f"onnx2tf failed (exit status {returncode}): {last_error(log_path)}"
+
+
+def last_step(log_path: Path) -> str:
+    text = strip_ansi(log_path.read_text(errors="replace"))
+    reached = "starting"
+    for marker, step in _STEPS:
+        if marker in text:
+            reached = step
+    return reached
+
+
+def last_error(log_path: Path) -> str:
+    """The most telling line of a failed run: the last exception line, else the last line."""
+    lines = [ln.strip() for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if "Error" in ln or "error" in ln or "Exception" in ln:
+            return strip_ansi(ln)[:300]
+    return strip_ansi(lines[-1])[:300] if lines else "(no output)"
+
+
+def strip_ansi(s: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", s)
+
+
+def static_batch(ctx: ConvertContext, folder: Path) -> Path:
+    """A copy with batch 1 everywhere, re-simplified: onnx2tf reads declared output and
+    value_info shapes (a symbolic batch left there breaks ConvTranspose), and constant
+    shape arithmetic that only folds once the batch is known breaks its Reshape handling.
+    onnxslim does the simplification onnx2tf would ask of the onnxsim executable."""
+    import onnx
+
+    out = folder / Path(ctx.fp32_onnx).name  # onnx2tf names its outputs after this stem
+    model = onnx.load(str(ctx.fp32_onnx))
+    for value in [*model.graph.input, *model.graph.output]:
+        dims = value.type.tensor_type.shape.dim
+        if len(dims) and not dims[0].HasField("dim_value"):
+            dims[0].Clear()
+            dims[0].dim_value = 1
+    for value in model.graph.output:  # let inference fill the rest from the static input
+        for d in value.type.tensor_type.shape.dim[1:]:
+            if not d.HasField("dim_value"):
+                d.Clear()
+    del model.graph.value_info[:]
+    model = onnx.shape_inference.infer_shapes(model)
+    try:
+        import onnxslim
+
+        model = onnxslim.slim(model)
+    except Exception as e:  # simplification is an aid, not a requirement
+        ctx.log(f"note: onnxslim on the static-batch copy failed ({e}); using it unsimplified")
+    onnx.save(model, str(out))
+    return out
+
+
+def input_name_of(onnx_path: Path) -> str:
+    import onnx
+
+    return onnx.load(str(onnx_path), load_external_data=False).graph.input[0].name
+
+
+def _ensure(p: Path) -> Path:
+    Path(p).mkdir(parents=True, exist_ok=True)
+    return Path(p)
