@@ -6,8 +6,9 @@ For each checkpoint ``examples/zoo/train.py`` left in the cache ($XDG_CACHE_HOME
 zoo), runs the real ``edgesmith build`` (its own process, on the same data splits the
 model was trained and validated on) and reads the published ``manifest.json``: one row per
 model x target with status, top-1 of the FP32 reference and of the artifact, the drop,
-size, host p50 latency and build time. ``--json`` prints the rows as a list of
-``{model, target, precision, status, accuracy, reference_accuracy, drop_pt,
+size, host p50 latency and build time (``--skip-unsupported``: a target that cannot
+express a node is a ``skipped`` row and the others still build). ``--json`` prints the
+rows as a list of ``{model, target, precision, status, accuracy, reference_accuracy, drop_pt,
 fallback_layers, size_bytes, p50_ms, build_s}``. A model without a checkpoint is named
 on stderr (``make zoo`` trains the missing ones); nothing is trained here.
 """
@@ -53,7 +54,8 @@ def build(info: dict[str, Any], profile: str, out_root: Path) -> tuple[Path, flo
     s = info["samples"]
     env = {**os.environ, SAMPLES_ENV: f"{s['train']},{s['calib']},{s['val']}"}
     cmd = [str(EDGESMITH), "build", info["checkpoint"], "--arch", info["arch"], "--data",
-           info["data"], "--profile", profile, "--out", str(out)]
+           info["data"], "--profile", profile, "--out", str(out),
+           "--skip-unsupported"]  # a target that cannot express a node is a row, not the end
     start = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
     seconds = time.perf_counter() - start

@@ -65,36 +65,16 @@ def test_a_data_callable_loads_through_the_pipeline(zoo_data, monkeypatch):
     assert (len(splits.train_x), len(splits.calib_x), len(splits.val_x)) == (30, 10, 20)
 
 
-@pytest.mark.slow
-def test_shapes_defeat_a_linear_model_that_a_small_cnn_beats_by_far(zoo_data):
-    """Logistic regression on raw pixels stays near chance; a 5-layer CNN trained for three
-    epochs on the same 1500 images is far better."""
-    import torch
+def test_shapes_defeat_a_linear_model_on_raw_pixels(zoo_data):
+    """Logistic regression fits the training images (it memorises them) yet stays near
+    chance on new ones: position, scale, colour and clutter leave no linear template. The
+    trained zoo CNNs reach far more on the same set (README, "Model zoo")."""
     from sklearn.linear_model import LogisticRegression
-    from torch import nn
 
-    sets = zoo_data.shapes(size=32, n_train=1500, n_calib=10, n_val=300)
+    sets = zoo_data.shapes(size=32, n_train=800, n_calib=10, n_val=200)
     (xt, yt), (xv, yv) = sets["train"], sets["val"]
-    linear = LogisticRegression(max_iter=100, C=0.01).fit(xt.reshape(len(xt), -1), yt)
-    linear_acc = linear.score(xv.reshape(len(xv), -1), yv)
-
-    torch.manual_seed(0)
-
-    def block(cin: int, cout: int, stride: int = 1) -> list[nn.Module]:
-        return [nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
-
-    cnn = nn.Sequential(*block(3, 16), *block(16, 32, 2), *block(32, 32), *block(32, 64, 2),
-                        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
-    opt = torch.optim.AdamW(cnn.parameters(), lr=3e-3)
-    x, y = torch.from_numpy(xt), torch.from_numpy(yt)
-    for _ in range(4):
-        cnn.train()
-        for idx in torch.randperm(len(x)).split(32):
-            opt.zero_grad()
-            nn.functional.cross_entropy(cnn(x[idx]), y[idx]).backward()
-            opt.step()
-    cnn.eval()
-    with torch.no_grad():
-        cnn_acc = float((cnn(torch.from_numpy(xv)).argmax(1).numpy() == yv).mean())
-    assert linear_acc < 0.25, f"a linear model scores {linear_acc:.2f} on raw pixels"
-    assert cnn_acc > linear_acc + 0.35, f"CNN {cnn_acc:.2f} vs linear {linear_acc:.2f}"
+    linear = LogisticRegression(max_iter=60, C=0.01).fit(xt.reshape(len(xt), -1), yt)
+    fitted = linear.score(xt.reshape(len(xt), -1), yt)
+    held_out = linear.score(xv.reshape(len(xv), -1), yv)
+    assert fitted > 0.8, f"the linear model did not even fit the training set ({fitted:.2f})"
+    assert held_out < 0.25, f"a linear model scores {held_out:.2f} on raw pixels (chance 0.10)"
