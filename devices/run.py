@@ -22,6 +22,7 @@ from edgesmith.errors import DeviceError, EdgesmithError
 from .build_folder import BenchTarget, Build
 from .device import BenchEvents, Device, safe_name
 from .merge import device_record
+from .remote import last_json_line  # the device script's own reader: one parser of its output
 from .script import REMOTE_NAME
 from .transport import Transport
 
@@ -53,16 +54,6 @@ def _file_index(items: list[tuple[Path, str]]) -> dict[str, list[Any]]:
         else:
             index[rel] = [local.stat().st_size, sha256_path(local)]
     return index
-
-
-def _parse_json(stdout: str) -> dict[str, Any] | None:
-    for line in reversed(stdout.strip().splitlines()):
-        if line.startswith("{"):
-            try:
-                return json.loads(line)
-            except ValueError:
-                continue
-    return None
 
 
 def _error_dict(e: EdgesmithError) -> dict[str, Any]:
@@ -170,7 +161,7 @@ class DeviceRun:
             tmp.unlink(missing_ok=True)
         r = await self.t.run([self.t.python, REMOTE_NAME, "verify", "files.json"],
                              timeout=min(self.timeout, 120.0))
-        doc = _parse_json(r.stdout)
+        doc = last_json_line(r.stdout)
         if doc is None:
             raise DeviceError(
                 f"the bench script did not run with {self.t.python!r} "
@@ -204,7 +195,7 @@ class DeviceRun:
         for word in self.exec_wrapper:  # used by loaders that run a compiled harness
             argv.append(f"--exec-wrapper={word}")  # a word starting with '-' stays a value
         r = await self.t.run(argv, timeout=self.timeout + GRACE_S)
-        doc = _parse_json(r.stdout)
+        doc = last_json_line(r.stdout)
         if doc is None:
             return {"name": target.name, "format": target.format,
                     "precision": target.precision, "status": "error",
