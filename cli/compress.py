@@ -67,6 +67,7 @@ def compress(
     --data digits --profile host --out build/compressed --prune-ratio 0.3 --qat
     --finetune-epochs 5 --finetune-lr 0.02 --qat-epochs 2
     """
+    # compress/ imports torch (~2-4 s): only this command pays it, not `edgesmith --help`
     from edgesmith.pipeline.compress import compress_refs
 
     bars = None if as_json else Progress(

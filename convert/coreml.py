@@ -29,6 +29,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from edgesmith.artifact import Artifact
+from edgesmith.convert import _coreml_numpy
 from edgesmith.convert._stages import run_stage
 from edgesmith.errors import ConversionError
 from edgesmith.target import CompatRule, ConvertContext, Runner, Target
@@ -158,8 +159,6 @@ class CoreMLTarget(Target):
 
 def _ct_convert(ctx: ConvertContext, traced, shape, compute: str, units: str):
     import coremltools as ct
-
-    from edgesmith.convert import _coreml_numpy
 
     if _coreml_numpy.install():
         ctx.log("coremltools: int/bool casts patched for numpy >= 2.4 (convert/_coreml_numpy.py)")

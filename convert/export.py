@@ -12,6 +12,7 @@ import re
 import warnings
 from pathlib import Path
 
+from edgesmith.artifact import write_bytes_atomic
 from edgesmith.capture import capture_output
 from edgesmith.errors import ConversionError, UsageError
 
@@ -134,8 +135,6 @@ def trace_torchscript(model, input_shape: tuple[int, ...], path: Path) -> Path:
     import io
 
     import torch
-
-    from edgesmith.artifact import write_bytes_atomic
 
     was_training = model.training
     model.eval()

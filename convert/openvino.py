@@ -20,7 +20,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from edgesmith.artifact import Artifact
+from edgesmith.artifact import Artifact, sha256_path
+from edgesmith.capture import capture_output
 from edgesmith.convert._stages import run_stage
 from edgesmith.target import CompatRule, ConvertContext, Runner, Target
 
@@ -127,8 +128,6 @@ def _stage(ctx: ConvertContext, stage: str, fn):
 def _captured(ctx: ConvertContext, *loggers: str):
     """The libraries' logging and what they print (nncf's progress bars, OpenVINO's C++
     messages) go to the target's log while converting, not to the terminal."""
-    from edgesmith.capture import capture_output
-
     ctx.log_path.parent.mkdir(parents=True, exist_ok=True)
     sink: list[str] = []
     handler = logging.StreamHandler(sys.stderr)
@@ -170,8 +169,6 @@ def _describe(xml: Path) -> dict[str, Any]:
 def _ir_artifact(xml: Path, precision: str, meta: dict[str, Any]) -> Artifact:
     """The artifact is both files: size and hash cover the weights as well as the graph,
     so the hash is the folder's (``sha256_of`` says so in the manifest)."""
-    from edgesmith.artifact import sha256_path
-
     files = [xml, xml.with_suffix(".bin")]
     meta = {**meta, "size_bytes": sum(f.stat().st_size for f in files),
             "weights_bytes": files[1].stat().st_size, "files": [f.name for f in files],

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from edgesmith.convert.optimize import ort_session
 from edgesmith.errors import DataError, ModelLoadError
 
 from .refs import import_callable, is_callable_ref
@@ -291,8 +292,6 @@ def _symbolic_batch(path: Path) -> bytes:
 def _batch2_error(data: bytes, x: np.ndarray) -> float:
     """Largest difference between one batch-2 run and two batch-1 runs, relative to the
     outputs' range; a shape that is not (2, ...) raises."""
-    from edgesmith.convert.optimize import ort_session
-
     sess = ort_session(data, log_level=4)  # the failure is ours to word, not ORT's to log
     name = sess.get_inputs()[0].name
     x = np.ascontiguousarray(x, dtype=np.float32)

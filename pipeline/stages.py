@@ -19,6 +19,7 @@ import numpy as np
 
 from edgesmith import __version__, outdir
 from edgesmith.artifact import Artifact, sha256_path
+from edgesmith.convert.onnx_qdq import quantize_qdq
 from edgesmith.errors import ConversionError, EdgesmithError, ModelLoadError, UsageError
 from edgesmith.inputs import CalibrationSet
 from edgesmith.profiles.schema import TargetSpec
@@ -264,8 +265,6 @@ def static_qdq(targets: list[tuple[Any, Any]], fp32_onnx: Path, calib: Any, root
     if not any(spec.precision.value == "int8" and registry.get(spec.format.value).uses_static_qdq
                for spec, _ in targets):
         return None
-    from edgesmith.convert.onnx_qdq import quantize_qdq
-
     out = root / "model_qdq.onnx"
     key = cache.make_key({
         "files": {"fp32_onnx": sha256_path(fp32_onnx)},

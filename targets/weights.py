@@ -13,6 +13,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgesmith.artifact import write_bytes_atomic
+
 from .graph import Graph
 from .planner import align
 
@@ -51,8 +53,6 @@ def header(w: WeightsLayout, model_id: int) -> bytes:
 
 
 def write(path: Path, w: WeightsLayout, model_id: int) -> int:
-    from edgesmith.artifact import write_bytes_atomic
-
     data = header(w, model_id) + w.payload
     write_bytes_atomic(Path(path), data)
     return len(data)
