@@ -27,6 +27,18 @@ SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
 
 
+def wait_for(predicate, timeout: float, what: str):
+    """Poll ``predicate`` until it returns something true (returned), or fail naming
+    ``what``: remote processes start and stop on their own time."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def _keygen(path: Path, comment: str) -> None:
     subprocess.run(
         [SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],

@@ -19,6 +19,7 @@ import pytest
 from edgesmith.devices.bench import BenchEvents, Device
 from edgesmith.errors import DeviceError
 from edgesmith.pipeline.bench import bench  # re-renders the report, as the CLI does
+from tests.devices.conftest import wait_for
 
 pytestmark = pytest.mark.slow
 CLI = ("import sys, edgesmith.cli.bench; from edgesmith.cli.app import main; "
@@ -62,16 +63,6 @@ def _timed_run_started(folder: Path) -> bool:
     return False
 
 
-def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _edit_manifest(build: Path, edit) -> None:
     path = build / "manifest.json"
     manifest = json.loads(path.read_text())
@@ -107,7 +98,7 @@ def _interrupted_c_bench(sshd, build: Path, tmp_path: Path, sig: int) -> subproc
                       str(_profile(sshd, tmp_path / "dev.yaml")), "--runs", "100000000",
                       "--warmup", "0")
     try:
-        _wait_for(lambda: _timed_run_started(remote), 120,
+        wait_for(lambda: _timed_run_started(remote), 120,
                   "the timed edgesmith_bench run on the device")
         proc.send_signal(sig)
         proc.communicate(timeout=30)
@@ -125,7 +116,7 @@ def test_ctrl_c_with_a_root_login_stops_the_remote_script_and_the_c_binary(sshd,
     assert proc.returncode == 130
     remote = sshd.root / "remote"
     try:
-        _wait_for(lambda: not _device_procs(remote), 10, "the remote bench to stop")
+        wait_for(lambda: not _device_procs(remote), 10, "the remote bench to stop")
     finally:
         left = _device_procs(remote)
         for pid in left:  # never leave a runaway binary behind a failed test
@@ -143,7 +134,7 @@ def test_a_killed_edgesmith_does_not_leave_the_bench_running_on_the_device(sshd,
     assert proc.returncode == -signal.SIGKILL
     remote = sshd.root / "remote"
     try:
-        _wait_for(lambda: not _device_procs(remote), 10, "the remote bench to stop")
+        wait_for(lambda: not _device_procs(remote), 10, "the remote bench to stop")
     finally:
         left = _device_procs(remote)
         for pid in left:
@@ -255,11 +246,11 @@ def test_a_build_waits_for_a_running_bench(demo_build):
             acquired.set()
 
     try:
-        _wait_for(lambda: _children_running(proc.pid, b"edgesmith_remote.py"), 60,
+        wait_for(lambda: _children_running(proc.pid, b"edgesmith_remote.py"), 60,
                   "the bench script to run")
         thread = threading.Thread(target=rebuild, daemon=True)
         thread.start()
-        _wait_for(lambda: waits, 10, "the build to report that it waits")
+        wait_for(lambda: waits, 10, "the build to report that it waits")
         assert not acquired.is_set()
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=60)

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from edgesmith.devices.bench import BenchEvents, Device
 from edgesmith.devices.fleet import load_fleet
 from edgesmith.errors import BudgetError, DeviceError, ProfileError
 from edgesmith.pipeline.bench import bench  # re-renders the report, as the CLI does
+from tests.devices.conftest import wait_for
 
 pytestmark = pytest.mark.slow
 RUNS = 20
@@ -215,16 +215,6 @@ def _procs_under(folder: Path) -> list[int]:
     return out
 
 
-def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _device_profile(sshd, path: Path, extra: str = "") -> Path:
     path.write_text(
         f"extends: host\n{extra}"
@@ -244,7 +234,7 @@ def test_ctrl_c_stops_the_remote_bench_and_removes_its_work_dir(sshd, demo_build
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         # the bench script is measuring on the "device" (its cwd is the run dir)
-        _wait_for(lambda: _procs_under(remote), 60, "the remote bench to start")
+        wait_for(lambda: _procs_under(remote), 60, "the remote bench to start")
         assert len(_run_dirs(sshd)) == 1
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
@@ -253,6 +243,6 @@ def test_ctrl_c_stops_the_remote_bench_and_removes_its_work_dir(sshd, demo_build
             proc.kill()
     assert proc.returncode == 130, err
     assert _run_dirs(sshd) == []  # work dir removed
-    _wait_for(lambda: not _procs_under(remote), 5, "the remote bench to stop")
+    wait_for(lambda: not _procs_under(remote), 5, "the remote bench to stop")
     saved = json.loads((demo_build / "bench" / "dev.json").read_text())
     assert saved["status"] == "cancelled" and saved["kept"] is False
