@@ -146,13 +146,59 @@ class Budgets(Strict):
     accuracy_drop: float | None = Field(None, ge=0, le=100, description="top-1 points vs FP32")
     model_kb: float | None = Field(None, gt=0)
     arena_kb: float | None = Field(None, gt=0)
+    energy_mj: float | None = Field(
+        None, gt=0, description="energy per inference, where the device has a sensor")
 
 
 class Power(Strict):
     max_steps: int | None = Field(None, ge=1, description="steps per slice of a duty cycle")
     run_us: int | None = Field(None, ge=1, description="time budget per slice")
     sleep_us: int = Field(0, ge=0, description="sleep between slices")
+    period_ms: float | None = Field(
+        None, gt=0, le=3_600_000,
+        description="one inference per period, sleeping between (a camera's frame loop)")
     governor: str | None = None
+
+
+class CoreMLRuntime(Strict):
+    """The deployment target a Core ML model must load on: it caps the spec version."""
+
+    ios: int | None = Field(None, ge=11, le=40)
+    macos: int | None = Field(None, ge=10, le=40)
+
+
+class Runtimes(Strict):
+    """The runtime releases the device really has: pip requirement strings where a pip
+    package exists (``tflite-runtime==2.14.0``), so the same string can build the isolated
+    environment that checks an artifact against exactly that release."""
+
+    tflite: str | None = None
+    onnxruntime: str | None = None
+    openvino: str | None = None
+    coreml: CoreMLRuntime | None = None
+
+
+class Preprocess(Strict):
+    """How a camera frame (HWC uint8, RGB unless ``channel_order`` says BGR) becomes the
+    model's input tensor; applied identically on the host, in the device script and in
+    the C harness, and recorded in the manifest."""
+
+    resize: list[int] | None = Field(
+        None, min_length=2, max_length=2, description="[height, width] before the crop")
+    center_crop: list[int] | None = Field(None, min_length=2, max_length=2)
+    mean: list[float] | None = Field(None, min_length=1, max_length=4,
+                                     description="per channel, in 0..255 units of the frame")
+    std: list[float] | None = Field(None, min_length=1, max_length=4)
+    channel_order: Literal["rgb", "bgr"] = "rgb"
+    layout: Literal["nchw", "nhwc"] = "nchw"
+    dtype: Literal["float32", "uint8", "int8"] = "float32"
+
+    @field_validator("std")
+    @classmethod
+    def _positive_std(cls, v: list[float] | None) -> list[float] | None:
+        if v is not None and any(x <= 0 for x in v):
+            raise ValueError("every std must be > 0")
+        return v
 
 
 class Profile(Strict):
@@ -164,6 +210,8 @@ class Profile(Strict):
     targets: list[TargetSpec] = Field(..., min_length=1)
     budgets: Budgets = Budgets()
     power: Power = Power()
+    runtimes: Runtimes = Runtimes()
+    preprocess: Preprocess | None = None
 
     @model_validator(mode="after")
     def _unique_targets(self) -> Profile:
