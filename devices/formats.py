@@ -7,25 +7,14 @@ threads option, a build done here) is what each format's ``Target`` says.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from edgesmith import convert, targets
-from edgesmith.errors import ProfileError
 from edgesmith.profiles.schema import Profile
-from edgesmith.target import REGISTRY, Target
+from edgesmith.target import Target, discover, options_error
 
-
-def discover() -> dict[str, type[Target]]:
-    """Every registered format (importing a format room's modules registers them)."""
-    for package in (convert, targets):
-        for info in pkgutil.iter_modules(package.__path__):
-            if not info.name.startswith("_"):
-                importlib.import_module(f"{package.__name__}.{info.name}")
-    return REGISTRY
+__all__ = ["discover", "options_for", "target_for"]
 
 
 def target_for(fmt: str) -> Target | None:
@@ -54,10 +43,5 @@ def options_for(target: Target, name: str, device: str, build_profile: Profile |
     try:
         return target.Options.model_validate(raw)
     except ValidationError as e:
-        err = e.errors()[0]
-        key = ".".join(str(p) for p in err["loc"])
-        known = ", ".join(target.Options.model_fields) or "(none)"
-        raise ProfileError(
-            f"device {device}: target {name}: {target.format} option {key}: {err['msg']} "
-            f"(got {err.get('input')!r})", where=f"targets[{name}].options",
-            fix=f"options for {target.format}: {known}") from None
+        raise options_error(target, e, f"targets[{name}].options",
+                            context=f"device {device}: target {name}: ") from None

@@ -8,15 +8,18 @@ the registry for whatever the profile lists. Modules must import their heavy lib
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .artifact import Artifact
+from .errors import ProfileError
 from .inputs import CalibrationSet, InputSpec
 
 if TYPE_CHECKING:  # annotations only: the core imports no room at run time
@@ -71,6 +74,32 @@ class ConvertContext:
 
 
 REGISTRY: dict[str, type[Target]] = {}
+
+# The rooms whose modules define formats, named here once (by name, not imported: they
+# sit above the core) so the pipeline and the device bench find formats the same way.
+FORMAT_ROOMS = ("edgesmith.convert", "edgesmith.targets")
+
+
+def discover() -> dict[str, type[Target]]:
+    """Every registered format: importing a format room's modules registers them."""
+    for room in FORMAT_ROOMS:
+        package = importlib.import_module(room)
+        for info in pkgutil.iter_modules(package.__path__):
+            if not info.name.startswith("_"):
+                importlib.import_module(f"{room}.{info.name}")
+    return REGISTRY
+
+
+def options_error(target: Target, e: ValidationError, where: str,
+                  context: str = "") -> ProfileError:
+    """A format's Options rejected a profile entry: name the key, what was wrong, what
+    was given and every option the format has."""
+    err = e.errors()[0]
+    key = ".".join(str(p) for p in err["loc"])
+    known = ", ".join(target.Options.model_fields) or "(none)"
+    return ProfileError(f"{context}{target.format} option {key}: {err['msg']} "
+                        f"(got {err.get('input')!r})", where=where,
+                        fix=f"options for {target.format}: {known}")
 
 
 class Target:
