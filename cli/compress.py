@@ -68,6 +68,7 @@ def compress(
     --finetune-epochs 5 --finetune-lr 0.02 --qat-epochs 2
     """
     # compress/ imports torch (~2-4 s): only this command pays it, not `edgesmith --help`
+    from edgesmith.compress.stage import Overrides
     from edgesmith.pipeline.compress import compress_refs
 
     bars = None if as_json else Progress(
@@ -76,9 +77,11 @@ def compress(
         console=err_console, transient=False)
     with bars if bars is not None else nullcontext():
         manifest = compress_refs(model, data, profile, out, arch=arch, trust_pickle=trust_pickle,
-                                 seed=seed, prune_ratio=prune_ratio, qat=qat,
-                                 finetune_epochs=finetune_epochs, finetune_lr=finetune_lr,
-                                 qat_epochs=qat_epochs, no_budget=no_budget,
+                                 seed=seed, no_budget=no_budget,
+                                 overrides=Overrides(prune_ratio=prune_ratio, qat=qat,
+                                                     finetune_epochs=finetune_epochs,
+                                                     finetune_lr=finetune_lr,
+                                                     qat_epochs=qat_epochs),
                                  progress=_Bars(bars) if bars is not None else None)
     section = manifest["compress"]
     if as_json:

@@ -106,13 +106,25 @@ _FLAGS = {("prune", "finetune_epochs"): "--finetune-epochs", ("prune", "lr"): "-
           ("qat", "epochs"): "--qat-epochs"}
 
 
-def apply_overrides(cfg: Any, *, prune_ratio: float | None = None, qat: bool | None = None,
-                    finetune_epochs: int | None = None, finetune_lr: float | None = None,
-                    qat_epochs: int | None = None) -> Any:
+@dataclass(frozen=True)
+class Overrides:
+    """What the CLI may set over a profile's ``compress`` section; None = the profile's."""
+
+    prune_ratio: float | None = None
+    qat: bool | None = None
+    finetune_epochs: int | None = None
+    finetune_lr: float | None = None
+    qat_epochs: int | None = None
+
+
+def apply_overrides(cfg: Any, overrides: Overrides = Overrides()) -> Any:
     """The profile's ``compress`` section with the CLI's overrides. Epochs and learning
     rate are checked by the profile's own schema (one rule for YAML and flags); a setting
     for a step that does not run is refused rather than silently ignored. The prune ratio
     is checked where pruning starts (``prune.prune``), as before."""
+    o = overrides
+    prune_ratio, qat = o.prune_ratio, o.qat
+    finetune_epochs, finetune_lr, qat_epochs = o.finetune_epochs, o.finetune_lr, o.qat_epochs
     given = {("prune", "finetune_epochs"): finetune_epochs, ("prune", "lr"): finetune_lr,
              ("qat", "epochs"): qat_epochs}
     data = cfg.model_dump()
@@ -195,17 +207,13 @@ def run_compress(
     profile: Any,
     out_dir: Path,
     *,
-    prune_ratio: float | None = None,
-    qat: bool | None = None,
+    overrides: Overrides = Overrides(),
     no_budget: bool = False,
     progress: Progress | None = None,
     events: Any = None,
-    finetune_epochs: int | None = None,
-    finetune_lr: float | None = None,
-    qat_epochs: int | None = None,
 ) -> CompressResult:
-    """Run the steps ``profile.compress`` enables (``prune_ratio``/``qat`` and the
-    epoch/learning-rate settings override it: ``apply_overrides``).
+    """Run the steps ``profile.compress`` enables (``overrides`` from the CLI go over it:
+    ``apply_overrides``).
 
     ``progress`` receives ``{"stage", "event": "start", "epochs"}``, per-epoch
     ``{"stage", "event": "epoch", "epoch", "epochs", "loss", "val_accuracy", "lr"}`` and
@@ -219,9 +227,7 @@ def run_compress(
     # longer than 60 lines only through its signature and this docstring: the body is the
     # step order the manifest records (prune -> gate -> save -> QAT -> gate), a call each
     start = time.perf_counter()
-    cfg = apply_overrides(profile.compress, prune_ratio=prune_ratio, qat=qat,
-                          finetune_epochs=finetune_epochs, finetune_lr=finetune_lr,
-                          qat_epochs=qat_epochs)
+    cfg = apply_overrides(profile.compress, overrides)
     budget = profile.budgets.accuracy_drop
     prune_cfg, do_prune, do_qat = cfg.prune, cfg.prune.enabled, cfg.qat.enabled
     if isinstance(model, torch.jit.ScriptModule) and (do_prune or do_qat):

@@ -167,11 +167,6 @@ def _load(req: BuildRequest, events: Events) -> Inputs:
     return Inputs(profile_path, profile, targets, loaded, splits, ref)
 
 
-def _overrides(req: BuildRequest) -> dict[str, Any]:
-    return dict(prune_ratio=req.prune_ratio, qat=req.qat, finetune_epochs=req.finetune_epochs,
-                finetune_lr=req.finetune_lr, qat_epochs=req.qat_epochs)
-
-
 def _check_overrides(req: BuildRequest, profile: Profile) -> None:
     """A mistaken --finetune-*/--qat-epochs stops the build before any work. Only then is
     compress/ (and torch with it, ~2-4 s) imported here."""
@@ -179,7 +174,15 @@ def _check_overrides(req: BuildRequest, profile: Profile) -> None:
         return
     from edgesmith.compress.stage import apply_overrides
 
-    apply_overrides(profile.compress, **_overrides(req))
+    apply_overrides(profile.compress, _overrides(req))
+
+
+def _overrides(req: BuildRequest) -> Any:
+    from edgesmith.compress.stage import Overrides  # deferred: compress/ imports torch
+
+    return Overrides(prune_ratio=req.prune_ratio, qat=req.qat,
+                     finetune_epochs=req.finetune_epochs, finetune_lr=req.finetune_lr,
+                     qat_epochs=req.qat_epochs)
 
 
 def _wants_compress(req: BuildRequest, inputs: Inputs) -> bool:
@@ -207,8 +210,8 @@ def _compress(req: BuildRequest, inputs: Inputs, root: Path, work_dir: Path,
             req.skip_unsupported)
     with capture.to_log(root / "logs" / "compress.log"):  # NNCF's progress bars, torch's
         result = run_compress(inputs.loaded.torch_model, splits, inputs.profile,
-                              root / "compress", no_budget=req.no_budget, events=events,
-                              **_overrides(req))
+                              root / "compress", overrides=_overrides(req),
+                              no_budget=req.no_budget, events=events)
     if result.error is not None:
         raise result.error  # nothing is published: the build stops at the failing gate
     # accuracy drops stay relative to the original FP32 model, as budgets define them

@@ -9,7 +9,7 @@ from typing import Any
 
 from edgesmith import __version__
 from edgesmith.artifact import sha256_path, write_json_atomic
-from edgesmith.compress.stage import Progress, apply_overrides, run_compress
+from edgesmith.compress.stage import Overrides, Progress, apply_overrides, run_compress
 from edgesmith.errors import UsageError
 from edgesmith.profiles import load as load_profile
 from edgesmith.profiles import resolve_path
@@ -27,23 +27,17 @@ def compress_refs(
     arch: str | None = None,
     trust_pickle: bool = False,
     seed: int = 0,
-    prune_ratio: float | None = None,
-    qat: bool | None = None,
+    overrides: Overrides = Overrides(),
     no_budget: bool = False,
     progress: Progress | None = None,
     events: Any = None,
-    finetune_epochs: int | None = None,
-    finetune_lr: float | None = None,
-    qat_epochs: int | None = None,
 ) -> dict[str, Any]:
     """What ``edgesmith compress`` does: load the three references, run the stage, write
     ``out_dir/manifest.json`` atomically (also when a gate fails with ``--no-budget`` off:
     then the manifest holds the figures up to the failing step), return the manifest."""
     profile_path = resolve_path(profile_ref)
     profile = load_profile(profile_path)
-    overrides = dict(prune_ratio=prune_ratio, qat=qat, finetune_epochs=finetune_epochs,
-                     finetune_lr=finetune_lr, qat_epochs=qat_epochs)
-    apply_overrides(profile.compress, **overrides)  # a flag mistake, before loading anything
+    apply_overrides(profile.compress, overrides)  # a flag mistake, before loading anything
     loaded = model_mod.load(model_ref, arch=arch, trust_pickle=trust_pickle)
     if loaded.torch_model is None:
         raise UsageError(f"{model_ref} is an ONNX file; compress needs the PyTorch model",
@@ -60,8 +54,8 @@ def compress_refs(
         "compress": None,
     }
     out_dir = Path(out_dir)
-    result = run_compress(loaded.torch_model, splits, profile, out_dir, no_budget=no_budget,
-                          progress=progress, events=events, **overrides)
+    result = run_compress(loaded.torch_model, splits, profile, out_dir, overrides=overrides,
+                          no_budget=no_budget, progress=progress, events=events)
     manifest["compress"] = result.section
     if result.error is not None:
         manifest["compress"] = {**result.section, "failed": result.error.what}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from edgesmith.compress.stage import run_compress
+from edgesmith.compress.stage import Overrides, run_compress
 from edgesmith.compress.train import evaluate
 from edgesmith.errors import BudgetError, ModelLoadError, UsageError
 from edgesmith.pipeline.model import load
@@ -34,7 +34,8 @@ def test_prune_stage_writes_a_loadable_smaller_model(trained, splits, profile, t
 
 def test_cli_prune_ratio_override_must_be_in_unit_interval(trained, splits, profile, tmp_path):
     with pytest.raises(UsageError, match="between 0 and 1"):
-        run_compress(trained, splits, profile(), tmp_path, prune_ratio=1.5)
+        run_compress(trained, splits, profile(), tmp_path,
+                     overrides=Overrides(prune_ratio=1.5))
 
 
 def test_pruning_past_the_budget_fails_with_the_figures(trained, splits, profile, tmp_path):
