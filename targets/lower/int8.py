@@ -9,6 +9,7 @@ integer kernel writing the Q's int8 tensor:
     DQ(a), DQ(b) -> Add | Sub | Mul -> Q            =>   int8_eltwise.py (broadcasting)
     DQ(x) -> GlobalAveragePool / MaxPool -> Q       =>   es_global_avgpool_i8 / es_maxpool2d_i8
     DQ(x) -> Gemm | MatMul(DQ(w)) -> Q              =>   es_fc_i8
+    DQ(x) -> HardSwish | Sigmoid | Tanh | ... -> Q  =>   es_lut_i8 (a 256-entry table)
 
 Anything else runs in float: the view is materialised by a dequantize step, the float
 kernel runs, and the next Q quantizes again. Weights must be symmetric int8 (zero point
@@ -149,5 +150,61 @@ def act_i8(L: Lowerer, node) -> bool:
     return True
 
 
+# element-wise functions of one tensor that lut_i8 tabulates; the ONNX reference evaluator
+# computes each (attributes and all), so adding one is adding its name
+LUT_OPS = ("HardSwish", "HardSigmoid", "Sigmoid", "Tanh", "Gelu", "Erf", "Elu", "Selu", "Celu",
+           "LeakyRelu", "ThresholdedRelu", "Softplus", "Softsign", "Mish", "Exp", "Neg", "Abs")
+
+
+def lut_table(L: Lowerer, node, x_scale: float, x_zp: int, y_scale: float, y_zp: int,
+              qmin: int = -128, qmax: int = 127) -> np.ndarray:
+    """The 256 int8 results of DQ -> ``node`` -> Q, entry u for the input code (int8)u:
+    each code dequantized in float32 as onnxruntime's DequantizeLinear does, the node
+    evaluated by ONNX's reference evaluator in float32, then quantized as QuantizeLinear
+    does (divided by the scale, rounded half to even, + zero point, saturated) and clamped
+    to a fused activation's [qmin, qmax]. A NaN result maps to the zero point."""
+    from onnx.reference import ReferenceEvaluator
+
+    f32 = np.float32
+    codes = np.arange(256, dtype=np.uint8).view(np.int8).astype(np.int32)
+    v = (codes - x_zp).astype(f32) * f32(x_scale)
+    h = L.onnx.helper
+    ins = [i for i in node.input[1:] if i]
+    feeds = {"x": v, **{i: L.const(i) for i in ins}}
+    n = h.make_node(node.op_type, ["x", *node.input[1:]], ["y"], domain=node.domain,
+                    **L.attrs(node))
+    g = h.make_graph([n], "lut", [h.make_tensor_value_info(k, h.np_dtype_to_tensor_dtype(
+        a.dtype), a.shape) for k, a in feeds.items()], [h.make_tensor_value_info("y", 1, None)])
+    m = h.make_model(g, opset_imports=list(L.model.opset_import))
+    m.ir_version = L.model.ir_version
+    with np.errstate(all="ignore"):
+        fy = np.asarray(ReferenceEvaluator(m).run(None, feeds)[0], f32).reshape(256)
+        q = np.rint(fy / f32(y_scale))
+    q = np.where(np.isnan(q), 0.0, q) + y_zp
+    return np.clip(q, max(qmin, -128), min(qmax, 127)).astype(np.int8)
+
+
+def lut_i8(L: Lowerer, node) -> bool:
+    """DQ -> an element-wise function (LUT_OPS) [-> Relu/Clip] -> Q as one table lookup per
+    byte, the function and the activation tabulated at generation time."""
+    x = deq_input(L, node.input[0])
+    pat = q_after(L, node.output[0])
+    if x is None or pat is None or len(node.output) != 1 or any(
+            L.const(i) is None for i in node.input[1:] if i):
+        return False
+    qnode, act = pat
+    tx = L.tensors[x.tensor]
+    s_y, zp_y = qparams(L, qnode)
+    table = lut_table(L, node, float(tx.scale), tx.zero_point, s_y, zp_y,
+                      *act_range(L, act, s_y, zp_y))
+    tt = L.const_tensor(node.name + "_lut", table, "i8")
+    y = out_tensor(L, qnode, x.shape)
+    L.add_step(node, [x.tensor], [y], [Call("es_lut_i8", [
+        Ref(x.tensor), Ref(y), Ref(tt), prod(x.shape)])], inplace=True)
+    finish(L, qnode, act, y, x.shape)
+    return True
+
+
+LOWER_INT8.update({op: lut_i8 for op in LUT_OPS})
 LOWER_INT8.update({"Gemm": fc_i8, "MatMul": fc_i8, "GlobalAveragePool": gap_i8,
                    "MaxPool": pool_i8, "AveragePool": pool_i8, "Relu": act_i8, "Clip": act_i8})

@@ -448,6 +448,11 @@ void es_requant_i8(const int8_t *x, int8_t *y, const es_requant_params *p);
 void es_maxpool2d_i8(const int8_t *x, int8_t *y, const es_pool_params *p);
 void es_avgpool2d_i8(const int8_t *x, int8_t *y, const es_pool_params *p);
 void es_global_avgpool_i8(const int8_t *x, int8_t *y, const es_gavgpool_params *p);
+/* y[i] = table[(uint8_t)x[i]], i < n (kernels/lut_int8.c): a quantized element-wise function
+ * (HardSwish, Sigmoid, Tanh, GELU, ...) tabulated at generation time for its int8 codes;
+ * es_lut_i8_ref is the plain loop its vector paths are tested against */
+void es_lut_i8(const int8_t *x, int8_t *y, const int8_t *table, int n);
+void es_lut_i8_ref(const int8_t *x, int8_t *y, const int8_t *table, int n);
 
 /* ---- fixed-point requantisation --------------------------------------------------------- */
 /* x * real_multiplier, the multiplier given as (mult in Q31, shift): real = mult * 2^(shift-31).
