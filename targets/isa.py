@@ -16,6 +16,13 @@ from functools import lru_cache
 
 # AVX-512 VNNI with the byte/word and 128/256-bit forms es_conv2d_i8_dot uses
 VNNI = frozenset({"__AVX512VNNI__", "__AVX512BW__", "__AVX512VL__"})
+# the M-profile architectures (ACLE names one of these for every Cortex-M core): a
+# microcontroller, whose weights live in flash and must stay int8 there
+MCU_ARCHS = frozenset({"__ARM_ARCH_6M__", "__ARM_ARCH_7M__", "__ARM_ARCH_7EM__",
+                       "__ARM_ARCH_8M_BASE__", "__ARM_ARCH_8M_MAIN__",
+                       "__ARM_ARCH_8_1M_MAIN__"})
+DSP = "__ARM_FEATURE_DSP"  # SMLAD / SXTB16 (Cortex-M4, M7, M33, M55)
+MVE = "__ARM_FEATURE_MVE"  # Helium (Cortex-M55, M85)
 
 
 @lru_cache(maxsize=32)
@@ -33,3 +40,8 @@ def macros(cc: str, cflags: str = "") -> frozenset[str]:
 
 def has_vnni(cc: str, cflags: str = "") -> bool:
     return VNNI <= macros(cc, cflags)
+
+
+def is_mcu(isa: frozenset[str]) -> bool:
+    """Whether predefined macros ``isa`` are a Cortex-M compiler's (weights in flash)."""
+    return bool(isa & MCU_ARCHS)

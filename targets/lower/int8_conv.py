@@ -19,6 +19,7 @@ import numpy as np
 
 from ..graph import Call, Kernel, Ref
 from ..isa import VNNI
+from . import int8_mcu
 from . import kernels as K
 from .common import as2d, conv_pads, conv_params
 from .packing import bias_values, blocked_weights, depthwise_hwc, dot_operands, pack_pairs
@@ -84,6 +85,8 @@ def _choose(L: Lowerer, node, w: np.ndarray, bias: np.ndarray, x_zp: int,
     m, c, group, kk = p["M"], p["C"], p["group"], (p["KH"], p["KW"])
     if L.kernels == "reference":
         return K.CONV_I8, L.const_tensor(node.name + "_w", w, "i8"), bias
+    if (mcu := int8_mcu.conv_kernel(L, node, w, p)) is not None:
+        return (*mcu, bias)  # a Cortex-M: int8 weights in flash, widened at run time
     if group == 1 and L.isa >= VNNI and (dot := dot_operands(w.reshape(m, c, *kk), bias, x_zp)):
         # u8 x s8 dot-product GEMM (vpdpbusd): int8 weights tap-major in channel quads, the
         # u8 shift folded into the bias; scratch: the padded input as channel-quad planes

@@ -73,3 +73,16 @@ def bias_values(L: Lowerer, node, idx: int, s_x, s_w, m: int) -> np.ndarray:
 
 def bias_i32(L: Lowerer, node, idx: int, s_x, s_w, m: int) -> str:
     return L.const_tensor(node.name + "_bias", bias_values(L, node, idx, s_x, s_w, m), "i32")
+
+
+def mcu_quads(w: np.ndarray) -> np.ndarray:
+    """[M][C][KH][KW] int8 -> [M][K4] int8 for es_conv2d_i8_mcu: each row the reference's
+    (c, kh, kw) order zero-padded to K4 = C*KH*KW rounded up to 4, each quad stored as
+    (w0, w2, w1, w3) so that SXTB16 of the word widens (w0, w1) and SXTB16 of the word
+    rotated by 8 widens (w2, w3). Still one byte a weight: flash holds int8, as on the
+    device's reference (CMSIS-NN's kernels also widen at run time)."""
+    w2 = w.reshape(w.shape[0], -1)
+    k4 = -(-w2.shape[1] // 4) * 4
+    wq = np.zeros((w2.shape[0], k4), np.int8)
+    wq[:, :w2.shape[1]] = w2
+    return np.ascontiguousarray(wq.reshape(-1, k4 // 4, 4)[:, :, [0, 2, 1, 3]].reshape(-1, k4))

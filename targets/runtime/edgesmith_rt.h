@@ -302,6 +302,13 @@ void es_dequantize_i8_f32(const int8_t *x, float *y, int n, float scale, int zp)
 #define ES_I8_CONV_SCRATCH(OH, OW) (4u * (unsigned)(OH) * (unsigned)(OW))
 void es_conv2d_i8(const int8_t *x, const int8_t *w, const int32_t *bias, const int32_t *mult,
                   const int32_t *shift, int32_t *acc, int8_t *y, const es_conv_params *p);
+/* one group on a microcontroller (kernels/conv_int8_mcu.c): int8 weights [M][K4] in quad
+ * order (w0, w2, w1, w3), widened at run time (SXTB16 + SMLAD with the DSP extension);
+ * scratch: two int16 im2col columns of K4 = K rounded up to 4 taps, K = C*KH*KW */
+#define ES_I8_MCU_SCRATCH(K) (4u * (((unsigned)(K) + 3u) & ~3u))
+void es_conv2d_i8_mcu(const int8_t *x, const int8_t *w, const int32_t *bias,
+                      const int32_t *mult, const int32_t *shift, int16_t *scratch, int8_t *y,
+                      const es_conv_params *p);
 /* fast paths (kernels/conv_int8_fast.c), bit-identical to es_conv2d_i8. es_conv2d_i8_fast
  * (any grouping): four int32 output planes, then the input widened to int16 */
 #define ES_I8_FAST_SCRATCH(C, H, W, OH, OW)                                                 \
