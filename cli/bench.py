@@ -50,25 +50,62 @@ def results_table(run: BenchRun) -> Table:
     table = Table(title="on-device bench", box=box.SIMPLE_HEAD, pad_edge=False,
                   padding=(0, 1, 0, 0))
     for i, h in enumerate(["device", "target", "status", "p50 ms", "p99 ms", "inf/s",
-                           "RSS MB", "max err", "top-1", "budget"]):
+                           "RSS MB", "mJ/inf", "max err", "top-1", "budget"]):
         table.add_column(h, justify="left" if i < 3 else "right", no_wrap=i < 3)
-    misses = {(m["device"], m["target"]) for m in run.budget_misses()}
+    misses = {(m["device"], m["target"]) for m in run.budget_misses() + run.energy_misses()}
     for r in run.rows():
         par = r["parity"] or {}
         style = "red" if r["status"] == "error" or (r["device"], r["target"]) in misses else (
             "yellow" if r["status"] != "ok" else "")
         table.add_row(r["device"], str(r["target"]), str(r["status"]), _fmt(r["p50"], ".3f"),
                       _fmt(r["p99"], ".3f"), _fmt(r["throughput"], ".0f"),
-                      _fmt(r["rss_mb"], ".1f"), _fmt(par.get("max_abs_err"), ".1e"),
+                      _fmt(r["rss_mb"], ".1f"), _fmt(r["energy_mj"], ".4g"),
+                      _fmt(par.get("max_abs_err"), ".1e"),
                       _fmt(par.get("top1_agreement"), ".0%"),
                       _fmt(r["budget_ms"], "g"), style=style)
     return table
+
+
+def sweep_table(run: BenchRun) -> Table | None:
+    """One row per power-sweep setting measured (None when no target was swept)."""
+    table = Table(title="power sweep", box=box.SIMPLE_HEAD, pad_edge=False,
+                  padding=(0, 1, 0, 0))
+    for i, h in enumerate(["device", "target", "setting", "status", "p50 ms", "p99 ms",
+                           "inf/s", "mJ/inf", "W"]):
+        table.add_column(h, justify="left" if i < 4 else "right", no_wrap=i < 4)
+    for name, d in run.devices.items():
+        for t in d.get("targets", []):
+            for s in (t.get("power_sweep") or {}).get("settings") or []:
+                lat = s.get("latency_ms") or {}
+                table.add_row(name, str(t.get("name")), str(s.get("label")),
+                              str(s.get("status")), _fmt(lat.get("p50"), ".3f"),
+                              _fmt(lat.get("p99"), ".3f"), _fmt(s.get("throughput_ips"), ".0f"),
+                              _fmt(s.get("energy_mj"), ".4g"), _fmt(s.get("power_w"), ".3g"))
+    return table if table.row_count else None
+
+
+def _sweep_notes(name: str, t: dict[str, Any]) -> list[str]:
+    """Where a swept target's energy came from (or why there is none) and what failed."""
+    sweep = t.get("power_sweep")
+    if not isinstance(sweep, dict):
+        return []
+    where = f"{name}/{t.get('name')}"
+    notes = [f"{where}: energy: {sweep.get('energy_source')}"]
+    cpufreq = sweep.get("cpufreq") or {}
+    if cpufreq.get("why"):
+        notes.append(f"{where}: cpufreq: {cpufreq['why']}")
+    if sweep.get("message"):
+        notes.append(f"{where}: power sweep: {sweep['message']}")
+    notes += [f"{where} [{s.get('label')}]: {s['message']}"
+              for s in sweep.get("settings") or [] if s.get("message")]
+    return notes
 
 
 def _notes(run: BenchRun) -> list[str]:
     notes = [f"{r['device']}/{r['target']}: {r['message']}" for r in run.rows() if r["message"]]
     for name, d in run.devices.items():
         for t in d.get("targets", []):
+            notes += _sweep_notes(name, t)
             pre = t.get("prebuilt")
             if isinstance(pre, dict):
                 wrap = t.get("exec_wrapper")
@@ -112,11 +149,19 @@ def bench_command(
     exec_wrapper: str = typer.Option(None, "--exec-wrapper",
                                      help="run the C binary on the device under this command,"
                                           " e.g. \"qemu-aarch64 -L /usr/aarch64-linux-gnu\""),
+    power_sweep: bool = typer.Option(False, "--power-sweep",
+                                     help="measure again under each cpufreq governor, a few "
+                                          "frequencies and the profile's duty cycle, with "
+                                          "energy per inference where a sensor exists; "
+                                          "cpufreq is put back afterwards"),
+    sysfs_root: str = typer.Option(None, "--sysfs-root",
+                                   help="the device's sysfs tree for --power-sweep "
+                                        "(default /sys)"),
     as_json: bool = typer.Option(False, "--json", help="print the results as JSON"),
 ) -> None:
     """Run a build's targets on a device (or a fleet, or here) and merge the figures into
-    its manifest and report. Exit 3 when a target misses budgets.latency_ms (p50), 5 when
-    a device fails; measured results are kept either way."""
+    its manifest and report. Exit 3 when a target misses budgets.latency_ms (p50) or
+    budgets.energy_mj, 5 when a device fails; measured results are kept either way."""
     devices, file_concurrency = resolve_devices(
         local=local, device=device, host=host, port=port, user=user, identity=identity,
         python=python, known_hosts=known_hosts, fleet=fleet)
@@ -125,11 +170,15 @@ def bench_command(
         run = bench(build_dir, devices, runs=runs, warmup=warmup, keep=keep,
                     concurrency=concurrency or file_concurrency,
                     events=_RichBenchEvents(progress), prebuilt_c=prebuilt_c,
-                    exec_wrapper=exec_wrapper)
+                    exec_wrapper=exec_wrapper, power_sweep=power_sweep,
+                    sysfs_root=sysfs_root)
     if as_json:
         out_console.print_json(json.dumps(run.to_json(), default=str))
     else:
         out_console.print(results_table(run))
+        sweep = sweep_table(run)
+        if sweep is not None:
+            out_console.print(sweep)
         for note in _notes(run):
             out_console.print(note, markup=False, soft_wrap=True)
         out_console.print(f"results: {Path(build_dir) / 'bench'}   report: "

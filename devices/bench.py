@@ -29,7 +29,7 @@ from . import ssh as ssh_mod
 from .build_folder import BenchTarget, Build, load_build, require_build
 from .device import BenchEvents, Device, safe_name
 from .merge import artifact_hashes, device_record, drop_stale, merge_into_manifest
-from .run import DeviceRun
+from .run import DeviceRun, power_plan
 from .transport import LocalTransport, SshTransport
 from .verdict import BenchRun
 
@@ -68,12 +68,14 @@ async def bench_devices(build: Build, devices: list[Device], *, runs: int, warmu
                         connect_attempts: int | None = None,
                         backoff_s: float | None = None, prebuilt_c: bool | None = None,
                         exec_wrapper: list[str] | None = None,
-                        after_merge: AfterMerge | None = None) -> dict[str, dict[str, Any]]:
+                        after_merge: AfterMerge | None = None,
+                        sysfs_root: str | None = None) -> dict[str, dict[str, Any]]:
     """Bench every device with at most ``concurrency`` at once; failures stay isolated.
 
     Every device's targets are prepared (options validated, builds done here: a
     ``cross_cc`` or ``prebuilt_c``) before any device is contacted: a bad option or a
-    compiler problem is one clear error, not one per device."""
+    compiler problem is one clear error, not one per device. ``sysfs_root`` (None: no
+    power sweep) is the device's sysfs tree a sweep changes."""
     _unique_names(devices)
     gate = asyncio.Semaphore(max(1, concurrency))
     extra: dict[str, Any] = {}
@@ -91,8 +93,10 @@ async def bench_devices(build: Build, devices: list[Device], *, runs: int, warmu
             async with gate:
                 transport = (SshTransport(device.ssh, **extra) if device.ssh
                              else LocalTransport())
+                plan = (None if sysfs_root is None
+                        else power_plan(device, build, sysfs_root))
                 run = DeviceRun(build, device, transport, runs, warmup, keep, events,
-                                per_device[device.name], uploaded, exec_wrapper)
+                                per_device[device.name], uploaded, exec_wrapper, plan)
                 result = await run.run()
                 stored = merge_into_manifest(build.root, device.name, run.record())
                 write_json_atomic(run.out, stored)
@@ -114,12 +118,28 @@ def _wrapper_words(exec_wrapper: str | list[str] | None) -> list[str] | None:
                          fix="quote it like a shell command line") from None
 
 
+def _sysfs_root(power_sweep: bool, sysfs_root: str | None) -> str | None:
+    """The sysfs tree a sweep uses on each device (None: no sweep); refused when given
+    without --power-sweep or not absolute (it is a path on the device, not here)."""
+    if not power_sweep:
+        if sysfs_root is not None:
+            raise UsageError("--sysfs-root is only read by a power sweep",
+                             fix="add --power-sweep, or drop --sysfs-root")
+        return None
+    root = sysfs_root or "/sys"
+    if not root.startswith("/") or "\x00" in root:
+        raise UsageError(f"--sysfs-root {root!r} is not an absolute path",
+                         fix="give the device's sysfs tree as an absolute path, e.g. /sys")
+    return root
+
+
 def bench(build_dir: Path, devices: list[Device], *, runs: int = DEFAULT_RUNS,
           warmup: int = DEFAULT_WARMUP, keep: bool = False, concurrency: int = 4,
           events: BenchEvents | None = None, connect_attempts: int | None = None,
           backoff_s: float | None = None, prebuilt_c: bool | None = None,
           exec_wrapper: str | list[str] | None = None,
-          after_merge: AfterMerge | None = None) -> BenchRun:
+          after_merge: AfterMerge | None = None, power_sweep: bool = False,
+          sysfs_root: str | None = None) -> BenchRun:
     """Bench a build on ``devices``; returns the results. Call ``raise_for_status()`` to
     turn device failures into DeviceError (exit 5) and budget misses into BudgetError (3).
 
@@ -130,12 +150,17 @@ def bench(build_dir: Path, devices: list[Device], *, runs: int = DEFAULT_RUNS,
     ``exec_wrapper`` (a command line, split like a shell would, or a list of words) runs a
     compiled harness under e.g. ``qemu-aarch64 -L /usr/aarch64-linux-gnu``.
     ``after_merge(build_dir)`` runs under the build folder's lock after each device's
-    results are merged into ``manifest.json`` (the pipeline re-renders the report there)."""
+    results are merged into ``manifest.json`` (the pipeline re-renders the report there).
+    ``power_sweep`` measures each target again under every cpufreq governor, a few
+    frequencies and the profile's duty cycle (energy per inference where the device has a
+    sensor), on the device's sysfs tree ``sysfs_root`` (default /sys), and puts cpufreq
+    back afterwards."""
     if runs < 1 or warmup < 0:
         raise UsageError("--runs must be at least 1 and --warmup at least 0")
     if not devices:
         raise UsageError("no device to bench", fix="pass --local, --host, --device or --fleet")
     words = _wrapper_words(exec_wrapper)
+    root = _sysfs_root(power_sweep, sysfs_root)
     events = events or BenchEvents()
     outdir.recover(Path(build_dir))  # a publish a kill cut short: put it right first
     require_build(Path(build_dir))
@@ -147,5 +172,6 @@ def bench(build_dir: Path, devices: list[Device], *, runs: int = DEFAULT_RUNS,
         results = interrupt.run(bench_devices(
             build, devices, runs=runs, warmup=warmup, keep=keep, concurrency=concurrency,
             events=events, connect_attempts=connect_attempts, backoff_s=backoff_s,
-            prebuilt_c=prebuilt_c, exec_wrapper=words, after_merge=after_merge))
+            prebuilt_c=prebuilt_c, exec_wrapper=words, after_merge=after_merge,
+            sysfs_root=root))
     return BenchRun(Path(build_dir), results)

@@ -29,11 +29,43 @@ from .transport import Transport
 LOCAL_TIMEOUT_S = 600.0
 GRACE_S = 15.0  # the SSH timeout backs up the script's own deadline by this much
 CANCEL_CLEANUP_S = 10.0  # after Ctrl-C: at most this long to stop remote work and clean up
+SWEEP_FREQUENCIES = 3  # frequencies a power sweep tries: lowest, middle, highest
 
 
 def _budget_ms(device: Device, build: Build) -> float | None:
     profile = device.profile or build.profile
     return profile.budgets.latency_ms if profile is not None else None
+
+
+def _energy_budget_mj(device: Device, build: Build) -> float | None:
+    profile = device.profile or build.profile
+    return profile.budgets.energy_mj if profile is not None else None
+
+
+def power_plan(device: Device, build: Build, sysfs_root: str) -> dict[str, Any]:
+    """What ``--power-sweep`` asks the device script to try beyond its cpufreq governors and
+    a few frequencies: the profile's duty cycle (``power.max_steps``/``sleep_us``), frame
+    period (``power.period_ms``) and governor. ``power.run_us`` is not swept: the harness
+    has no flag for it."""
+    profile = device.profile or build.profile
+    power = profile.power if profile is not None else None
+    plan: dict[str, Any] = {"frequencies": SWEEP_FREQUENCIES, "sysfs_root": sysfs_root}
+    if power is not None:
+        plan["governor"] = power.governor
+        plan["duty"] = {"max_steps": power.max_steps, "sleep_us": power.sleep_us}
+        plan["period_ms"] = power.period_ms
+    return plan
+
+
+def _power_argv(plan: dict[str, Any] | None) -> list[str]:
+    """The script's sweep flags; ``--restore-dir ..`` always: the work dir's parent
+    outlives this run, so a sweep killed there is put right by the next run's start."""
+    argv = ["--restore-dir", ".."]
+    if plan is not None:
+        argv += ["--power-sweep", json.dumps({k: v for k, v in plan.items()
+                                              if k != "sysfs_root"}, sort_keys=True),
+                 "--sysfs-root", plan["sysfs_root"]]
+    return argv
 
 
 def _uploads(build: Build, targets: list[BenchTarget], script: Path) -> list[tuple[Path, str]]:
@@ -63,10 +95,12 @@ def _error_dict(e: EdgesmithError) -> dict[str, Any]:
 class DeviceRun:
     def __init__(self, build: Build, device: Device, transport: Transport, runs: int,
                  warmup: int, keep: bool, events: BenchEvents, targets: list[BenchTarget],
-                 script: Path, exec_wrapper: list[str] | None = None):
+                 script: Path, exec_wrapper: list[str] | None = None,
+                 power: dict[str, Any] | None = None):
         self.build, self.device, self.t = build, device, transport
         self.targets, self.script = targets, script
         self.exec_wrapper = list(exec_wrapper or [])
+        self.power = power  # the sweep plan (power_plan), None: no sweep
         self.runs, self.warmup, self.keep, self.events = runs, warmup, keep, events
         self.timeout = device.ssh.command_timeout_s if device.ssh else LOCAL_TIMEOUT_S
         self.out = build.root / "bench" / device.file_name
@@ -75,7 +109,8 @@ class DeviceRun:
             "device": device.name, "transport": transport.kind, "address": transport.address,
             "status": "running", "error": None, "started_unix": int(time.time()),
             "duration_s": None, "runs": runs, "warmup": warmup,
-            "budget_latency_ms": _budget_ms(device, build), "system": None,
+            "budget_latency_ms": _budget_ms(device, build),
+            "budget_energy_mj": _energy_budget_mj(device, build), "system": None,
             "overhead_s": {}, "workdir": None, "targets": [],
             "skipped": dict(build.skipped),
         }
@@ -187,7 +222,7 @@ class DeviceRun:
                 "--runs", str(self.runs), "--warmup", str(self.warmup),
                 "--threads", str(target.threads),
                 "--options", json.dumps(target.options, sort_keys=True),
-                "--timeout", f"{self.timeout:g}", "--stop-on-eof"]
+                "--timeout", f"{self.timeout:g}", "--stop-on-eof", *_power_argv(self.power)]
         if target.weights:
             argv += ["--weights", target.weights]
         if target.prebuilt:

@@ -49,6 +49,56 @@ def _energy_source(figures, energy0, energy1):
     return "unavailable: %s" % (energy0 if isinstance(energy0, str) else energy1)
 
 
+def _harness(args, folder, exe):
+    """The harness's argv up to its per-run flags (wrapper, binary, weights)."""
+    weights = args.weights or ("weights.bin" if os.path.exists(
+        os.path.join(folder, "weights.bin")) else None)
+    return list(args.exec_wrapper or []) + [exe] + (
+        ["--weights", os.path.join(folder, weights)] if weights else [])
+
+
+def _power_flags(setting):
+    """The harness flags of a sweep setting: its duty cycle (--slice/--sleep-us) and frame
+    period (--period-ms); cpufreq is set by the script around it."""
+    flags = []
+    if setting.get("max_steps") or setting.get("sleep_us"):
+        flags += ["--slice", str(setting.get("max_steps") or 0),
+                  "--sleep-us", str(setting.get("sleep_us") or 0)]
+    if setting.get("period_ms"):
+        flags += ["--period-ms", "{:g}".format(setting["period_ms"])]
+    return flags
+
+
+def sweep_point(args, setting, meter, deadline, rt):
+    """One power-sweep setting: a fresh harness run (after ``bench`` built it) with the
+    setting's flags. Energy covers the whole harness process (start, warm-up and timed
+    runs), divided by the inferences it ran."""
+    folder = os.path.abspath(args.model)
+    in_raw = os.path.join(folder, ".in.raw")
+    runs = rt.period_runs(args.runs, setting.get("period_ms"))
+    flags = _power_flags(setting)
+    meter.start()
+    code, out, err, _ = rt.run_child(
+        _harness(args, folder, os.path.join(folder, "edgesmith_bench"))
+        + ["--input", in_raw, "--runs", str(runs), "--warmup", str(args.warmup)] + flags,
+        folder, rt.remaining(deadline), in_raw + ".sweep.log")
+    figures = rt.last_json_line(out) if code == 0 else None
+    energy = meter.stop((figures or {}).get("runs", runs) + (figures or {}).get(
+        "warmup", args.warmup))
+    if code == 2 and "--period-ms" in flags and "usage" in err:
+        raise rt.Unsupported("this edgesmith_bench has no --period-ms: rebuild the C target "
+                             "with an edgesmith that has it")
+    if figures is None or "latency_ms" not in figures:
+        raise RuntimeError(f"edgesmith_bench failed (exit {code}): {(err or out).strip()[-300:]}")
+    lat = figures["latency_ms"]
+    mean = lat.get("mean") or lat.get("p50")
+    return dict(energy, runs=figures.get("runs", runs),
+                latency_ms={k: lat.get(k) for k in FIGURES if lat.get(k) is not None},
+                throughput_ips=1e3 / mean if mean and not setting.get("period_ms") else (
+                    1e3 / setting["period_ms"] if setting.get("period_ms") else None),
+                energy_window="the harness process: start, warm-up and timed runs")
+
+
 def bench(args, result, samples, sample_shape, references, deadline, rt):
     t0 = time.perf_counter()
     folder = os.path.abspath(args.model)
@@ -57,10 +107,7 @@ def bench(args, result, samples, sample_shape, references, deadline, rt):
     if not os.access(exe, os.X_OK):
         raise RuntimeError(f"no executable edgesmith_bench in {folder} after the build")
     result["runtime"] = {"name": "edgesmith C runtime", "version": None}
-    weights = args.weights or ("weights.bin" if os.path.exists(
-        os.path.join(folder, "weights.bin")) else None)
-    base = list(args.exec_wrapper or []) + [exe] + (
-        ["--weights", os.path.join(folder, weights)] if weights else [])
+    base = _harness(args, folder, exe)
     if args.exec_wrapper:
         result["exec_wrapper"] = list(args.exec_wrapper)
     in_raw, out_raw = os.path.join(folder, ".in.raw"), os.path.join(folder, ".out.raw")
