@@ -10,9 +10,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from edgesmith.errors import EdgesmithError, UsageError
+from edgesmith.errors import EdgesmithError, ProfileError, UsageError
 from edgesmith.profiles.loader import read_yaml
-from edgesmith.profiles.schema import Preprocess
+from edgesmith.profiles.schema import Preprocess, Profile
 
 from . import preprocess
 
@@ -110,3 +110,16 @@ def manifest_entry(spec: Preprocess | None, source: str) -> dict[str, Any] | Non
         return None
     return {**as_dict(spec), "source": source, "frame": "HWC uint8 RGB",
             "resize_rule": preprocess.RESIZE_RULE}
+
+
+def for_build(cli: str | None, profile: Profile) -> tuple[Preprocess | None, Profile]:
+    """The build's spec (``--preprocess`` over the profile's block, both checked) and the
+    profile carrying it, so converters (the C target's model.h) and the manifest see the
+    one the data were made with."""
+    if cli is None:
+        if profile.preprocess is None:
+            return None, profile
+        return checked(profile.preprocess, f"profile {profile.name}: preprocess",
+                       ProfileError), profile
+    spec = parse_cli(cli)
+    return spec, profile.model_copy(update={"preprocess": spec})
