@@ -26,8 +26,8 @@ from edgesmith.profiles.schema import Profile, TargetSpec
 from edgesmith.versions import tool_versions
 
 from . import data as data_mod
+from . import fallback, metrics, preprocess_spec, report, runtime_check, stages, validate
 from . import model as model_mod
-from . import report, stages, validate
 from .events import Events, StageOutcome
 
 
@@ -52,6 +52,11 @@ class BuildRequest:
     split: data_mod.SplitRule = field(default_factory=data_mod.SplitRule)  # --val-*
     skip_unsupported: bool = False  # build the targets that can express every node
     opset: int | None = None  # --opset; None: 17, or the newer one an op needs
+    no_fallback: bool = False  # --no-fallback: no INT8 layer goes back to float
+    verify_runtimes: bool = False  # --verify-runtimes: run each artifact on the declared release
+    preprocess: str | None = None  # --preprocess KEY=VALUE,... or a YAML file
+    task: str = "classify"  # --task: picks the default metric
+    metric: str | None = None  # --metric NAME or file.py:callable
 
 
 def _input_hashes(req: BuildRequest, profile_path: Path, splits) -> dict[str, str]:
@@ -152,9 +157,12 @@ def _load(req: BuildRequest, events: Events) -> Inputs:
         targets = stages.resolve_targets(profile, req.targets, str(profile_path))
         loaded = model_mod.load(req.model, arch=req.arch, trust_pickle=req.trust_pickle)
         export.check_opset(req.opset, None if loaded.torch_model is not None else loaded.ref)
-        splits = data_mod.load(req.data, seed=req.seed, rule=req.split)
+        pre_spec, profile = preprocess_spec.for_build(req.preprocess, profile)
+        metric = metrics.primary(req.task, req.metric)
+        splits = data_mod.load(req.data, seed=req.seed, rule=req.split, preprocess=pre_spec,
+                               preprocess_from_cli=req.preprocess is not None)
         loaded = stages.fit_batch(loaded, splits)
-        ref = stages.reference(loaded, splits)
+        ref = stages.reference(loaded, splits, metric)
     if loaded.batch.mode != "dynamic":
         events.info(f"batch: {loaded.batch.detail}")
     lo, hi = ref.accuracy_ci95 or (ref.accuracy, ref.accuracy)
@@ -218,7 +226,8 @@ def _compress(req: BuildRequest, inputs: Inputs, root: Path, work_dir: Path,
     compressed = stages.reference(model_mod.LoadedModel(req.model, torch_model=result.model),
                                   splits)
     ref = stages.Reference(compressed.outputs, inputs.reference.accuracy, "torch (compressed)",
-                           inputs.reference.correct)
+                           inputs.reference.correct, inputs.reference.metric,
+                           inputs.reference.metric_value, inputs.reference.drop_outputs)
     return Compressed(result.model, result.paths["onnx"], result.paths["model_pt"],
                       result.qdq_onnx, result.section, ref, compressed.accuracy)
 
@@ -276,6 +285,10 @@ def _convert_targets(req: BuildRequest, inputs: Inputs, compressed: Compressed |
                     qdq_onnx=compressed.qdq_onnx if compressed else None, static_qdq=static_qdq,
                     torch_model=compressed.model if compressed else inputs.loaded.torch_model)
     ref = compressed.reference if compressed else inputs.reference
+    fb = fallback.Fallback(exported.optimized.path, calib, static_qdq, inputs.splits, ref,
+                           inputs.profile.budgets.accuracy_drop, root, work_dir, events,
+                           not req.no_fallback, req.use_cache, inputs.loaded.batch.max_batch,
+                           req.out)
     results = []
     for spec, options in inputs.targets:
         if spec.name in exported.skipped:
@@ -291,6 +304,7 @@ def _convert_targets(req: BuildRequest, inputs: Inputs, compressed: Compressed |
             r.message = capture.shown_paths(r.message, root, req.out)
             if r.status in ("failed", "rejected"):
                 stage.fail()
+        r = fb.apply(r, options, ctx_args)  # an INT8 target over the accuracy budget
         results.append(r)
         cached = " (from cache)" if r.artifact and r.artifact.meta.get("cached") else ""
         events.info((r.message or f"{spec.name}: ok") + cached)
@@ -323,6 +337,7 @@ def _manifest(req: BuildRequest, inputs: Inputs, compressed: Compressed | None,
         "profile": profile.model_dump(mode="json"),
         "input": splits.spec.to_json(),
         "data": splits.summary(),
+        "metric": (inputs.reference.metric or metrics.BUILTIN["top1"]).to_json(),
         "reference": reference,
         "validation": validate.resolution(len(splits.val_y), profile.budgets.accuracy_drop),
         "stages": {"export": {"opset": exported.opset, "opset_requested": req.opset,
@@ -365,6 +380,7 @@ def run(req: BuildRequest, events: Events | None = None) -> BuildOutcome:
     events = _Timed(events or Events())
     t_start = time.perf_counter()
     inputs = _load(req, events)
+    envs = runtime_check.prepare(inputs.profile, inputs.targets, inputs.profile_path, events)
     need = outdir.estimate_bytes(_model_bytes(inputs.loaded), len(inputs.targets))
     with outdir.staging(req.out, on_wait=events.warn, need_bytes=need) as root, \
             outdir.work_dir(need) as work_dir:
@@ -377,6 +393,9 @@ def run(req: BuildRequest, events: Events | None = None) -> BuildOutcome:
             inputs.loaded.batch.max_batch)
         results = _convert_targets(req, inputs, compressed, exported, calib, root, work_dir,
                                    events)
+        runtime_check.check_results(results, inputs.profile, envs,
+                                    inputs.splits.val_x[:stages.BENCH_SAMPLES],
+                                    req.verify_runtimes, events)
         misses = stages.check_budgets(results, inputs.profile.budgets,
                                       inputs.profile.device.ram_mb)
         manifest = _manifest(req, inputs, compressed, exported, calib, results, misses, root,
@@ -391,7 +410,8 @@ def summary(manifest: dict[str, Any], out: Path) -> dict[str, Any]:
     """The stable ``--json`` document (README "JSON output")."""
     keys = ("name", "format", "precision", "status", "path", "sha256", "size_bytes",
             "accuracy", "reference_accuracy", "accuracy_drop", "parity", "latency_ms_p50",
-            "message", "accuracy_ci95", "accuracy_drop_ci95", "unsupported_nodes")
+            "message", "accuracy_ci95", "accuracy_drop_ci95", "unsupported_nodes",
+            "fallback")
     return {
         "out": str(out),
         "profile": manifest["profile"]["name"],

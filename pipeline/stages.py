@@ -28,6 +28,7 @@ from edgesmith.versions import tool_versions
 
 from . import cache, registry, validate
 from .data import Splits, check_labels
+from .metrics import Metric
 from .model import LoadedModel, check_input
 from .model import fit_batch as fit_batch_to
 
@@ -52,6 +53,11 @@ class Reference:
     # per val sample: did the model the drop is measured against get it right? (after
     # compression the outputs are the compressed model's, the drop still the original's)
     correct: np.ndarray | None = None
+    # the primary metric (--task/--metric) when not top-1, its value for the model the drop
+    # is measured against, and that model's outputs (they pair the bootstrap interval)
+    metric: Metric | None = None
+    metric_value: float | None = None
+    drop_outputs: np.ndarray | None = None
 
     @property
     def accuracy_ci95(self) -> tuple[float, float] | None:
@@ -69,7 +75,7 @@ def fit_batch(loaded: LoadedModel, splits: Splits) -> LoadedModel:
     return fit_batch_to(loaded, np.concatenate([splits.val_x[:2], splits.train_x[:2]]))
 
 
-def reference(loaded: LoadedModel, splits: Splits) -> Reference:
+def reference(loaded: LoadedModel, splits: Splits, metric: Metric | None = None) -> Reference:
     check_input(loaded, splits.spec.batch_shape(2), splits.source)
     if loaded.torch_model is not None:
         out = torch_reference(loaded.torch_model, splits.val_x)
@@ -87,8 +93,9 @@ def reference(loaded: LoadedModel, splits: Splits) -> Reference:
             ) from None
         source = "onnxruntime"
     check_labels(splits, out, loaded.ref)
-    return Reference(out, validate.accuracy(out, splits.val_y), source,
-                     validate.predictions(out) == splits.val_y)
+    value = metric(out, splits.val_y) if metric is not None else None  # a user metric's
+    return Reference(out, validate.accuracy(out, splits.val_y), source,  # faults stop here
+                     validate.predictions(out) == splits.val_y, metric, value, out)
 
 
 def resolve_targets(profile: Any, only: list[str] | None, where: str) -> list[tuple[Any, Any]]:
@@ -130,6 +137,9 @@ class TargetResult:
     message: str = ""
     # skipped (--skip-unsupported): the nodes the target cannot express, with hints
     unsupported: list[dict[str, str]] = field(default_factory=list)
+    runtime_check: dict[str, Any] | None = None  # the declared runtime's verdict (runtime_check.py)
+    # the accuracy-aware INT8 fallback's record, when it ran (pipeline/fallback.py)
+    fallback: dict[str, Any] | None = None
 
     def to_json(self, root: Path) -> dict[str, Any]:
         d: dict[str, Any] = {"name": self.spec.name, "format": self.spec.format.value,
@@ -138,6 +148,10 @@ class TargetResult:
             d["message"] = self.message
         if self.unsupported:
             d["unsupported_nodes"] = self.unsupported
+        if self.runtime_check is not None:
+            d["runtime_check"] = self.runtime_check
+        if self.fallback is not None:
+            d["fallback"] = self.fallback
         if self.artifact is not None:
             target = registry.get(self.spec.format.value)
             covered = (self.artifact.path.parent if self.artifact.meta.get("sha256_of") ==
@@ -175,6 +189,8 @@ def _cache_key(target: Target, ctx: ConvertContext) -> str:
         "calib": [hashlib.sha256(ctx.calib.x.tobytes()).hexdigest(), ctx.calib.summary()],
         "input": ctx.spec.to_json(), "tools": tool_versions(), "edgesmith": __version__,
         "code": cache.code_hash(target),
+        # the C target compiles the power: block into model.h (ES_POWER_*)
+        "power": ctx.profile.power.model_dump(mode="json") if ctx.profile else None,
     })
 
 
@@ -220,7 +236,8 @@ def convert_and_validate(spec: Any, options: Any, ctx_args: dict[str, Any], spli
         v = validate.validate(run, splits.val_x, splits.val_y, ref.outputs, ref.accuracy,
                               not_run_reason=target.not_runnable_reason, latency_ms=own,
                               batch=max_batch or validate.BATCH,
-                              reference_correct=ref.correct)
+                              reference_correct=ref.correct, metric=ref.metric,
+                              metric_against=ref.drop_outputs, metric_reference=ref.metric_value)
     except Exception as e:
         outdir.raise_if_disk_fault(e, root)
         ctx.log(traceback.format_exc())
@@ -300,9 +317,12 @@ def _ram_problem(artifact: Artifact, ram_mb: int) -> str | None:
     """An artifact whose weights plus activation arena exceed the device's RAM cannot run
     there, whatever the budgets say: the profile's ``device.ram_mb`` is that limit."""
     need = artifact.size_bytes + int(artifact.meta.get("arena_bytes") or 0)
+    what = "weights + arena"
+    if artifact.meta.get("ram_bytes") is not None:  # an MCU: weights in flash, not RAM
+        need, what = int(artifact.meta["ram_bytes"]), "arena + .bss + .data + stack"
     if need <= ram_mb * 1024 * 1024:
         return None
-    return f"needs {need / 2**20:.1f} MB (weights + arena) > device RAM {ram_mb} MB"
+    return f"needs {need / 2**20:.1f} MB ({what}) > device RAM {ram_mb} MB"
 
 
 def check_budgets(results: list[TargetResult], budgets: Any,
@@ -316,10 +336,16 @@ def check_budgets(results: list[TargetResult], budgets: Any,
         problems = []
         drop = r.validation.accuracy_drop if r.validation else None
         if budgets.accuracy_drop is not None and drop is not None and drop > budgets.accuracy_drop:
-            problems.append(f"accuracy drop {drop:.2f} pt > budget {budgets.accuracy_drop} pt")
-        kb = r.artifact.size_bytes / 1024 if r.artifact else None
+            m = r.validation.metric
+            problems.append(f"accuracy drop {drop:.2f} pt > budget {budgets.accuracy_drop} pt"
+                            if m is None else f"{m['name']} drop {drop:.4g} {m['unit']} > "
+                            f"budget {budgets.accuracy_drop} {m['unit']}")
+        flash = r.artifact.meta.get("flash_bytes") if r.artifact else None  # an MCU's C
+        kb = (flash if flash is not None else r.artifact.size_bytes) / 1024 if r.artifact \
+            else None
         if budgets.model_kb is not None and kb is not None and kb > budgets.model_kb:
-            problems.append(f"size {kb:.1f} KB > budget {budgets.model_kb} KB")
+            problems.append(f"{'flash' if flash is not None else 'size'} {kb:.1f} KB > "
+                            f"budget {budgets.model_kb} KB")
         arena = r.artifact.meta.get("arena_bytes") if r.artifact else None
         if budgets.arena_kb is not None and arena is not None and arena / 1024 > budgets.arena_kb:
             problems.append(f"arena {arena / 1024:.1f} KB > budget {budgets.arena_kb} KB")

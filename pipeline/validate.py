@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from .metrics import Metric
+
 # What "the artifact computes the same function" means per precision. FP32 must match to
 # float rounding; FP16 and INT8 are judged on output direction (cosine) because their
 # absolute errors scale with the logits.
@@ -21,6 +23,8 @@ PARITY_MIN_COSINE = {"fp32": 0.99999, "fp16": 0.999, "int8": 0.95}
 # keeps every argmax), so the largest error relative to the output's range is bounded too.
 PARITY_MAX_REL_ERR = {"fp32": 1e-3, "fp16": 0.05, "int8": 0.25}
 LATENCY_RUNS = 50
+BOOTSTRAP_RESAMPLES = 200  # of the drop in a metric other than top-1 (seeded)
+BOOTSTRAP_SECONDS = 20.0  # fewer resamples (at least 30) when the metric is slow (mAP)
 Z95 = 1.959963984540054  # two-sided 95 % normal quantile
 
 
@@ -40,13 +44,22 @@ class Validation:
     # paired (Tango score) interval of the drop in points, from each sample's correctness
     # under the reference and under the artifact
     accuracy_drop_ci95: tuple[float, float] | None = None
+    # the primary metric (--task/--metric) when it is not top-1: the budget judges its drop
+    metric: dict[str, Any] | None = None
 
     @property
     def accuracy_drop(self) -> float | None:
-        """Absolute top-1 drop in percentage points (positive = worse than FP32)."""
+        """The primary metric's drop (positive = worse than FP32), in its unit: top-1 in
+        percentage points unless ``--metric``/``--task`` chose another."""
+        if self.metric is not None:
+            return self.metric["drop"]
         if self.accuracy is None:
             return None
         return round((self.reference_accuracy - self.accuracy) * 100, 4)
+
+    @property
+    def drop_unit(self) -> str:
+        return self.metric["unit"] if self.metric is not None else "pt"
 
     def parity_ok(self, precision: str) -> bool:
         if not self.ran:
@@ -72,6 +85,7 @@ class Validation:
             "samples": self.samples,
             "accuracy_ci95": _rounded(self.accuracy_ci95, 6),
             "accuracy_drop_ci95": _rounded(self.accuracy_drop_ci95, 4),
+            "metric": self.metric,
         }
 
 
@@ -228,15 +242,58 @@ def latency_p50(fn, sample: np.ndarray, runs: int = LATENCY_RUNS) -> float:
     return round(float(np.median(times)) * 1e3, 4)
 
 
+def is_class_labels(y: Any) -> bool:
+    """One integer class id per sample: top-1 and its intervals apply."""
+    return isinstance(y, np.ndarray) and y.ndim == 1 and np.issubdtype(y.dtype, np.integer)
+
+
+def bootstrap_drop_ci(metric: Metric, against: Any, out: np.ndarray, y: Any,
+                      seed: int = 0) -> tuple[tuple[float, float], int]:
+    """Paired bootstrap 95 % interval of ``metric``'s drop (the same resampled samples
+    scored under both models), seeded so a rebuild gives the same interval; returns the
+    interval and the resamples used (fewer when one evaluation is slow)."""
+    n = len(out)
+    rng = np.random.default_rng(seed)
+    labels = np.asarray(y) if isinstance(y, np.ndarray) else None
+    drops: list[float] = []
+    t0 = time.perf_counter()
+    for i in range(BOOTSTRAP_RESAMPLES):
+        idx = rng.integers(0, n, n)
+        ys = labels[idx] if labels is not None else [y[j] for j in idx]
+        drops.append(metric.drop(metric(against[idx], ys), metric(out[idx], ys)))
+        spent = time.perf_counter() - t0
+        if i >= 29 and spent * BOOTSTRAP_RESAMPLES / (i + 1) > BOOTSTRAP_SECONDS:
+            break
+    lo, hi = np.percentile(drops, [2.5, 97.5])
+    return (float(lo), float(hi)), len(drops)
+
+
+def metric_figures(metric: Metric, out: np.ndarray, y: Any, against: np.ndarray,
+                   reference_value: float | None = None) -> dict[str, Any]:
+    """The primary metric on an artifact's outputs: its value, the reference's, the drop
+    in the metric's unit and the drop's bootstrap interval (the manifest's ``metric``)."""
+    value = metric(out, y)
+    ref_value = metric(against, y) if reference_value is None else reference_value
+    ci, resamples = bootstrap_drop_ci(metric, against, out, y)
+    return {**metric.to_json(), "value": value, "reference": ref_value,
+            "drop": metric.drop(ref_value, value), "drop_ci95": [round(ci[0], 6),
+                                                                 round(ci[1], 6)],
+            "ci_method": f"paired bootstrap, {resamples} resamples, seed 0"}
+
+
 def validate(runner, x: np.ndarray, y: np.ndarray, reference: np.ndarray,
              reference_accuracy: float, *, not_run_reason: str = "",
              measure_latency: bool = True, latency_ms: float | None = None,
-             batch: int = BATCH, reference_correct: np.ndarray | None = None) -> Validation:
+             batch: int = BATCH, reference_correct: np.ndarray | None = None,
+             metric: Metric | None = None, metric_against: np.ndarray | None = None,
+             metric_reference: float | None = None) -> Validation:
     """``latency_ms``, when given, is the format's own measurement (see
     ``Target.host_latency_ms``) and replaces timing the runner. ``batch``: samples per
     run (1 for a model whose graph fixes its batch). ``reference_correct``: per sample,
     whether the model the drop is measured against got it right (default: ``reference``
-    itself); it pairs the drop's interval."""
+    itself); it pairs the drop's interval. ``metric``: the primary metric when it is not
+    top-1, judged against ``metric_against`` (the outputs of the model the drop is
+    measured against; default ``reference``) whose value is ``metric_reference``."""
     if runner is None:
         return Validation(None, reference_accuracy, None, None, None, None, None, ran=False,
                           note=not_run_reason or "not run on this host")
@@ -245,11 +302,20 @@ def validate(runner, x: np.ndarray, y: np.ndarray, reference: np.ndarray,
         bad = int((~np.isfinite(out)).sum())
         return Validation(None, reference_accuracy, None, None, None, None, None, ran=True,
                           note=f"{bad} of {out.size} outputs are inf/NaN (overflow?)")
-    agree = float((out.argmax(1) == reference.argmax(1)).mean())
+    flat_out, flat_ref = out.reshape(len(out), -1), reference.reshape(len(reference), -1)
+    agree = float((flat_out.argmax(1) == flat_ref.argmax(1)).mean())
     lat = latency_ms if latency_ms is not None else (
         latency_p50(runner, x[:1]) if measure_latency else None)
     max_abs = float(np.max(np.abs(out - reference)))
     scale = float(np.max(np.abs(reference)))
+    primary = None if metric is None or metric.name == "top1" and metric.source is None else (
+        metric_figures(metric, out, y, reference if metric_against is None else metric_against,
+                       metric_reference))
+    if not is_class_labels(y):  # regression / raw targets: no top-1, the metric decides
+        return Validation(
+            accuracy=None, reference_accuracy=reference_accuracy, max_abs_err=max_abs,
+            rel_err=max_abs / scale if scale > 0 else max_abs, cosine=cosine(out, reference),
+            top1_agreement=agree, latency_ms_p50=lat, ran=True, samples=len(y), metric=primary)
     correct = predictions(out) == y
     ref_correct = predictions(reference) == y if reference_correct is None else reference_correct
     lo, hi = paired_drop_ci(ref_correct, correct)
@@ -259,5 +325,5 @@ def validate(runner, x: np.ndarray, y: np.ndarray, reference: np.ndarray,
         cosine=cosine(out, reference),
         top1_agreement=agree, latency_ms_p50=lat, ran=True, samples=len(y),
         accuracy_ci95=wilson(int(correct.sum()), len(y)),
-        accuracy_drop_ci95=(lo * 100, hi * 100),
+        accuracy_drop_ci95=(lo * 100, hi * 100), metric=primary,
     )
