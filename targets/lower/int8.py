@@ -117,7 +117,8 @@ def pool_i8(L: Lowerer, node) -> bool:
     if node.op_type == "MaxPool":
         if abs(float(tx.scale) - s_y) > 1e-9 * s_y or tx.zero_point != zp_y:
             return False
-        fn = "es_maxpool2d_i8"
+        # the window clipped once per row and border column, or (reference kernels) per tap
+        fn = "es_maxpool2d_i8_ref" if L.kernels == "reference" else "es_maxpool2d_i8"
     else:
         if geo["DH"] != 1 or geo["DW"] != 1 or geo["PB"] or geo["PR"] or geo["PT"] \
                 or geo["PL"]:

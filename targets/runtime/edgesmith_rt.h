@@ -452,7 +452,10 @@ void es_add_i8_bcast_ref(const int8_t *a, const int8_t *b, int8_t *y,
 void es_mul_i8(const int8_t *a, const int8_t *b, int8_t *y, const es_qmul_params *p);
 void es_mul_i8_ref(const int8_t *a, const int8_t *b, int8_t *y, const es_qmul_params *p);
 void es_requant_i8(const int8_t *x, int8_t *y, const es_requant_params *p);
+/* max pooling with the window clipped once per output row and border column, no bounds
+ * check per tap; es_maxpool2d_i8_ref (a check per tap) is its oracle */
 void es_maxpool2d_i8(const int8_t *x, int8_t *y, const es_pool_params *p);
+void es_maxpool2d_i8_ref(const int8_t *x, int8_t *y, const es_pool_params *p);
 void es_avgpool2d_i8(const int8_t *x, int8_t *y, const es_pool_params *p);
 void es_global_avgpool_i8(const int8_t *x, int8_t *y, const es_gavgpool_params *p);
 /* y[i] = table[(uint8_t)x[i]], i < n (kernels/lut_int8.c): a quantized element-wise function

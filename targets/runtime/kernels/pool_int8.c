@@ -1,4 +1,5 @@
-/* Pooling, int8. Max pooling keeps the input's quantisation; average pooling sums
+/* Pooling, int8. Max pooling keeps the input's quantisation (es_maxpool2d_i8, with the
+ * plain es_maxpool2d_i8_ref as its oracle); average pooling sums
  * (x - x_zp) and requantises sum / count with a fixed-point multiplier. */
 #include "../edgesmith_rt.h"
 #include "../es_simd.h"
@@ -6,7 +7,8 @@
 #include <emmintrin.h>
 #endif
 
-void es_maxpool2d_i8(const int8_t *x, int8_t *y, const es_pool_params *p) {
+/* the per-tap bounds-checked loop: the oracle of es_maxpool2d_i8 */
+void es_maxpool2d_i8_ref(const int8_t *x, int8_t *y, const es_pool_params *p) {
     int c, oh, ow, kh, kw;
     for (c = 0; c < p->C; ++c) {
         const int8_t *xc = x + (size_t)c * p->H * p->W;
@@ -24,6 +26,127 @@ void es_maxpool2d_i8(const int8_t *x, int8_t *y, const es_pool_params *p) {
                 }
                 *y++ = (int8_t)m;
             }
+        }
+    }
+}
+
+/* y[i] = max(y[i], x[i * s]), i < n: one tap of a window over a row of outputs, with the
+ * strides real networks use written out so the compiler vectorises each (stride 2 as
+ * de-interleaving loads) */
+static void max_into(int8_t *restrict y, const int8_t *restrict x, int n, int s) {
+    int i;
+    if (s == 1) {
+        for (i = 0; i < n; ++i) y[i] = x[i] > y[i] ? x[i] : y[i];
+    } else if (s == 2) {
+        for (i = 0; i < n; ++i) y[i] = x[2 * i] > y[i] ? x[2 * i] : y[i];
+    } else {
+        for (i = 0; i < n; ++i) y[i] = x[i * s] > y[i] ? x[i * s] : y[i];
+    }
+}
+
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+#include <immintrin.h>
+/* The interior of one output row for stride 1 (64 outputs per vector) or 2 (32: the even
+ * bytes of 64 are the low bytes of 32 words, kept by one truncating narrow), each vector
+ * max-accumulated over every tap of the window in a register and stored once; the last
+ * vector under a mask, whose loads read nothing past the last tap. x0: the first tap of
+ * output 0, rows taps rows apart by row_step bytes. Returns 0 for other strides. */
+static int interior_avx512(int8_t *y, const int8_t *x0, int n, int rows, size_t row_step,
+                           int KW, int DW, int SW) {
+    int i, r, kw;
+    if (SW == 1) {
+        for (i = 0; i < n; i += 64) {
+            const __mmask64 m = n - i >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (n - i)) - 1;
+            __m512i acc = _mm512_set1_epi8(-128);
+            for (r = 0; r < rows; ++r)
+                for (kw = 0; kw < KW; ++kw)
+                    acc = _mm512_max_epi8(acc, _mm512_maskz_loadu_epi8(
+                                                   m, x0 + r * row_step + kw * DW + i));
+            _mm512_mask_storeu_epi8(y + i, m, acc);
+        }
+        return 1;
+    }
+    if (SW == 2) {
+        for (i = 0; i < n; i += 32) {
+            const int k = n - i >= 32 ? 32 : n - i;
+            const __mmask64 m = ((__mmask64)1 << (2 * k - 1)) - 1; /* bytes 0, 2, .. 2k-2 */
+            __m256i acc = _mm256_set1_epi8(-128);
+            for (r = 0; r < rows; ++r)
+                for (kw = 0; kw < KW; ++kw)
+                    acc = _mm256_max_epi8(acc, _mm512_cvtepi16_epi8(_mm512_maskz_loadu_epi8(
+                                                   m, x0 + r * row_step + kw * DW + 2 * i)));
+            _mm256_mask_storeu_epi8(y + i, (__mmask32)(k == 32 ? 0xffffffffu : (1u << k) - 1u),
+                                    acc);
+        }
+        return 1;
+    }
+    return 0;
+}
+#endif
+
+/* first index i >= 0 with i * s + off >= 0 (off <= 0 typically: minus a padding) */
+static int first_inside(int off, int s) {
+    return off >= 0 ? 0 : (-off + s - 1) / s;
+}
+
+/* one past the last index i with i * s + off <= last, at least lo, at most n */
+static int end_inside(int off, int s, int last, int lo, int n) {
+    int e = last < off ? 0 : (last - off) / s + 1;
+    return e < lo ? lo : (e > n ? n : e);
+}
+
+/* the max over output column ow's window, clipped to the row once (a border column) */
+static int8_t clipped_max(const int8_t *xc, const es_pool_params *p, int ow, int h0, int kh0,
+                          int kh1) {
+    const int w0 = ow * p->SW - p->PL, DW = p->DW;
+    const int kw0 = first_inside(w0, DW) < p->KW ? first_inside(w0, DW) : p->KW;
+    const int kw1 = end_inside(w0, DW, p->W - 1, kw0, p->KW);
+    int32_t m = -128;
+    int kh, kw;
+    for (kh = kh0; kh < kh1; ++kh) {
+        const int8_t *xr = xc + (size_t)(h0 + kh * p->DH) * p->W + w0;
+        for (kw = kw0; kw < kw1; ++kw) m = xr[kw * DW] > m ? xr[kw * DW] : m;
+    }
+    return (int8_t)m;
+}
+
+/* Max pooling without a bounds check per tap: the rows of a window that lie inside the
+ * plane are found once per output row, and the output columns whose whole window lies
+ * inside the row (the interior) once per call. The interior is then max-accumulated tap
+ * by tap over the whole output row, a vector sweep per tap; only the few border columns
+ * clip their window, once per column. Bit-identical to es_maxpool2d_i8_ref: a window with
+ * no element inside the plane gives -128, as there. */
+void es_maxpool2d_i8(const int8_t *x, int8_t *y, const es_pool_params *p) {
+    const int C = p->C, H = p->H, W = p->W, OH = p->OH, OW = p->OW, KH = p->KH, KW = p->KW;
+    const int SH = p->SH, SW = p->SW, PT = p->PT, PL = p->PL, DH = p->DH, DW = p->DW;
+    /* interior columns [ow0, ow1): the first tap at or right of column 0, the last at or
+     * left of column W - 1 */
+    const int ow0 = first_inside(-PL, SW) < OW ? first_inside(-PL, SW) : OW;
+    const int ow1 = end_inside(-PL + (KW - 1) * DW, SW, W - 1, ow0, OW);
+    int c, oh, ow, kh, kw;
+    for (c = 0; c < C; ++c) {
+        const int8_t *xc = x + (size_t)c * H * W;
+        for (oh = 0; oh < OH; ++oh) {
+            const int h0 = oh * SH - PT;
+            const int kh0 = first_inside(h0, DH) < KH ? first_inside(h0, DH) : KH;
+            const int kh1 = end_inside(h0, DH, H - 1, kh0, KH);
+            int8_t *yr = y + ((size_t)c * OH + oh) * OW;
+            int done = 0;
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+            done = ow1 > ow0 && kh1 > kh0 &&
+                   interior_avx512(yr + ow0, xc + (size_t)(h0 + kh0 * DH) * W + ow0 * SW - PL,
+                                   ow1 - ow0, kh1 - kh0, (size_t)DH * W, KW, DW, SW);
+#endif
+            if (!done) {
+                for (ow = ow0; ow < ow1; ++ow) yr[ow] = -128;
+                for (kh = kh0; kh < kh1; ++kh) {
+                    const int8_t *xr = xc + (size_t)(h0 + kh * DH) * W;
+                    for (kw = 0; kw < KW; ++kw)
+                        max_into(yr + ow0, xr + ow0 * SW - PL + kw * DW, ow1 - ow0, SW);
+                }
+            }
+            for (ow = 0; ow < ow0; ++ow) yr[ow] = clipped_max(xc, p, ow, h0, kh0, kh1);
+            for (ow = ow1; ow < OW; ++ow) yr[ow] = clipped_max(xc, p, ow, h0, kh0, kh1);
         }
     }
 }
