@@ -2,6 +2,13 @@
 Micro, arena vs TFLM's, planner efficiency, peak RSS. Prints one JSON document.
 
     .venv/bin/python benchmarks/c_runtime.py [--runs 200] [--rounds 5]
+    .venv/bin/python benchmarks/c_runtime.py --nets mobilenetv2:96,resnet18:224 [--profile]
+
+--nets benchmarks zoo networks (examples/zoo) at the given input sizes instead, with 1000
+classes, random weights, calibrated on random data (fine for speed, meaningless for
+accuracy): C int8 and fp32 against LiteRT int8 and fp32 in alternating rounds, with each
+network's MACs and the C runtime's GMAC/s; --profile adds the C runtime's per-step times
+summed by op (edgesmith_bench --profile, the smallest mean over rounds).
 
 The C / LiteRT ratio comes from alternating rounds (see _head_to_head): on a shared
 machine a single back-to-back pair can differ by 1.5x from one minute to the next.
@@ -42,7 +49,7 @@ def _models(work: Path):
     yield "mobilenetv2", export(m.build(), torch.from_numpy(x[:1]), work / "mnv2.onnx"), x, x[:1]
 
 
-def _tflite_int8(onnx_path: Path, calib: np.ndarray, work: Path):
+def _tflite_int8(onnx_path: Path, calib: np.ndarray, work: Path, precision: str = "int8"):
     from edgesmith.compress.calibration import CalibrationSet
     from edgesmith.pipeline.data import InputSpec
     from edgesmith.pipeline.registry import get
@@ -55,7 +62,7 @@ def _tflite_int8(onnx_path: Path, calib: np.ndarray, work: Path):
     out.mkdir(parents=True, exist_ok=True)
     spec = InputSpec(tuple(calib.shape[1:]))
     ctx = ConvertContext(fp32_onnx=onnx_path, spec=spec, calib=CalibrationSet(calib[:64]),
-                         target=TargetSpec(format="tflite", precision="int8", options={}),
+                         target=TargetSpec(format="tflite", precision=precision, options={}),
                          options=t.Options.model_validate({}), profile=None, out_dir=out,
                          work_dir=work / "tflite_work", log_path=work / "tflite.log")
     return Path(t.convert(ctx).path)
@@ -192,12 +199,118 @@ def _python_call_overhead_ms(runs: int) -> float:
     return float(np.median(lat))
 
 
+# zoo networks by the name --nets takes: (file in examples/zoo, callable)
+ZOO_NETS = {"mobilenetv2": "mobilenetv2.py", "mobilenetv3_small": "mobilenetv3.py",
+            "resnet18": "resnet18.py", "efficientnet_b0": "efficientnet.py"}
+
+
+def _zoo_net(name: str, size: int, work: Path):
+    """(fp32 ONNX, calibration samples) of a zoo network with 1000 classes and random
+    weights; calibrated on random normal data, which is all a speed figure needs."""
+    import importlib.util
+
+    import torch
+
+    if name not in ZOO_NETS:
+        raise SystemExit(f"--nets: unknown network {name!r}; known: {', '.join(ZOO_NETS)}")
+    spec = importlib.util.spec_from_file_location(f"zoo_{name}",
+                                                  ROOT / "examples" / "zoo" / ZOO_NETS[name])
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    x = np.random.default_rng(0).standard_normal((32, 3, size, size)).astype(np.float32)
+    onnx_path = export(mod.build(num_classes=1000).eval(), torch.from_numpy(x[:1]),
+                       work / f"{name}_{size}.onnx")
+    return onnx_path, x
+
+
+def count_macs(onnx_path: Path) -> int:
+    """Multiply-accumulates of the Conv, Gemm and MatMul nodes (shapes inferred)."""
+    import onnx
+
+    m = onnx.shape_inference.infer_shapes(onnx.load(str(onnx_path)))
+    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+              for v in [*m.graph.value_info, *m.graph.output, *m.graph.input]}
+    shapes.update({i.name: list(i.dims) for i in m.graph.initializer})
+    total = 0
+    for n in m.graph.node:
+        if n.op_type == "Conv":
+            w, y = shapes[n.input[1]], shapes[n.output[0]]
+            total += int(np.prod(y[1:])) * int(np.prod(w[1:]))
+        elif n.op_type in ("Gemm", "MatMul"):
+            w, y = shapes[n.input[1]], shapes[n.output[0]]
+            total += int(np.prod(y)) * (w[1] if n.op_type == "Gemm" and any(
+                a.name == "transB" and a.i for a in n.attribute) else w[0])
+    return total
+
+
+def _profile(binary: Path, cwd: Path, runs: int, rounds: int) -> dict:
+    """Per-op time of the C runtime (edgesmith_bench --profile): for each step the smallest
+    mean over ``rounds`` runs of the binary, summed by op, in microseconds."""
+    best: dict[int, tuple[str, float]] = {}
+    for _ in range(rounds):
+        res = run.run_bench(binary, ["--input", "in.raw", "--runs", str(runs), "--warmup",
+                                     str(runs), "--profile"], cwd=cwd)
+        for st in res["steps"]:
+            old = best.get(st["index"])
+            if old is None or st["mean_us"] < old[1]:
+                best[st["index"]] = (st["op"], st["mean_us"])
+    by_op: dict[str, float] = {}
+    for op, us in best.values():
+        by_op[op] = by_op.get(op, 0.0) + us
+    total = sum(by_op.values())
+    return {"total_us": round(total, 1), "by_op_us": {
+        k: round(v, 1) for k, v in sorted(by_op.items(), key=lambda kv: -kv[1])}}
+
+
+def bench_nets(nets: list[str], runs: int, rounds: int, profile: bool) -> dict:
+    """--nets: each zoo network in C (int8, fp32) against LiteRT (int8, fp32)."""
+    report: dict = {"weights": "random weights, calibrated on random data",
+                    "cflags": "-O3 -march=native", "litert_threads": 1}
+    with tempfile.TemporaryDirectory(prefix="es_nets_") as tmp:
+        work = Path(tmp)
+        for item in nets:
+            name, _, size = item.partition(":")
+            onnx_path, calib = _zoo_net(name, int(size or 224), work)
+            macs = count_macs(onnx_path)
+            qdq = _qdq(onnx_path, calib[:16], work / f"{item}_qdq.onnx".replace(":", "_"))
+            r: dict = {"macs": macs}
+            for prec, src in (("int8", qdq), ("fp32", onnx_path)):
+                out = work / f"{name}_{size}_{prec}"
+                codegen.from_onnx(src, out, precision=prec, cflags="-O3 -march=native")
+                b = run.build(out)
+                calib[:1].astype("<f4").tofile(out / "in.raw")
+                try:
+                    tfl = _tflite_int8(onnx_path, calib[:16], work / f"{name}_{size}", prec)
+                except Exception as e:  # noqa: BLE001 - a peer we cannot build is a skip
+                    r[prec] = {"skipped": f"no {prec} tflite model: {e}"[:300]}
+                    continue
+                h2h = _head_to_head(b, out, _litert(tfl), runs, rounds)
+                r[prec] = {"ratio_c_over_litert": round(h2h["ratio_c_over_litert"], 3),
+                           "c_gmac_per_s": round(macs / (h2h["c_p50_ms"] * 1e6), 1),
+                           "litert_gmac_per_s": round(macs / (h2h["litert_p50_ms"] * 1e6), 1),
+                           "head_to_head": h2h}
+                if profile:
+                    r[prec]["c_profile"] = _profile(b, out, runs, rounds)
+            report[item] = r
+    return report
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=200, help="timed runs (per round)")
     ap.add_argument("--rounds", type=int, default=5,
                     help="alternating C / LiteRT rounds for the latency ratio")
+    ap.add_argument("--nets", default="",
+                    help="zoo networks as name:size, comma-separated (e.g. "
+                         "mobilenetv2:96,resnet18:224), instead of the digits/MobileNetV2 "
+                         f"report; names: {', '.join(ZOO_NETS)}")
+    ap.add_argument("--profile", action="store_true",
+                    help="with --nets: the C runtime's per-step times, summed by op")
     args = ap.parse_args()
+    if args.nets:
+        print(json.dumps(bench_nets([n for n in args.nets.split(",") if n], args.runs,
+                                    args.rounds, args.profile), indent=1))
+        return
     report = {}
     floor = _litert_invoke_floor_ms(args.runs)
     with tempfile.TemporaryDirectory(prefix="es_bench_") as tmp:
