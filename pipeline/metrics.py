@@ -152,6 +152,12 @@ def primary(task: str = "classify", metric: str | None = None) -> Metric | None:
     return None if m is BUILTIN["top1"] else m
 
 
+def _file_of(ref: str) -> str:
+    """The file (or module) part of ``file.py:callable``: where an error points (the whole
+    reference stays in the message)."""
+    return ref.rpartition(":")[0] or ref
+
+
 def call(metric: Metric, outputs: Any, labels: Any) -> float:
     """``metric(outputs, labels)`` as a float; a user metric that raises or returns a
     non-number is a DataError naming its file (exit 2)."""
@@ -160,14 +166,37 @@ def call(metric: Metric, outputs: Any, labels: Any) -> float:
     try:
         value = metric.fn(outputs, labels)
     except Exception as e:  # user code: report it, naming the file
-        raise DataError(f"metric {metric.name} raised {type(e).__name__}: {e}",
-                        where=metric.source,
+        raise DataError(f"metric {metric.source} raised {type(e).__name__}: {e}",
+                        where=_file_of(metric.source),
                         fix="the metric is called as fn(outputs, labels) with numpy arrays "
                             "(outputs (N, ...), labels as in the data) and returns a float"
                         ) from None
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(
             float(value)):
-        raise DataError(f"metric {metric.name} returned {value!r} "
+        raise DataError(f"metric {metric.source} returned {value!r} "
                         f"({type(value).__name__}); expected a finite number",
-                        where=metric.source, fix="return a float, e.g. float(score)")
+                        where=_file_of(metric.source), fix="return a float, e.g. float(score)")
     return float(value)
+
+
+def report_lines(manifest: dict[str, Any]) -> list[str]:
+    """report.md's lines on the primary metric: its name and unit, and per target its
+    value, the reference's, and the drop the budget judges (with its bootstrap interval).
+    Nothing for a top-1 build, whose figures the targets table already shows."""
+    m = manifest.get("metric") or {}
+    if not m or (m.get("name") == "top1" and m.get("source") is None):
+        return []
+    unit = m.get("unit", "")
+    where = f" from `{m['source']}`" if m.get("source") else ""
+    lines = [f"- primary metric: {m['name']}{where} ({unit}; "
+             f"{'higher' if m.get('higher_is_better', True) else 'lower'} is better); "
+             f"budgets.accuracy_drop judges its drop in {unit}", "",
+             f"| target | {m['name']} | reference | drop ({unit}) | drop 95% CI |",
+             "|---|---|---|---|---|"]
+    for t in manifest.get("targets", []):
+        tm = t.get("metric")
+        if tm:
+            ci = tm.get("drop_ci95") or [None, None]
+            lines.append(f"| {t['name']} | {tm['value']:.6g} | {tm['reference']:.6g} | "
+                         f"{tm['drop']:.4g} | {ci[0]:.4g} .. {ci[1]:.4g} |")
+    return lines

@@ -13,8 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from edgesmith.artifact import write_text_atomic
+from edgesmith.devices.verdict import energy_mj
 
-from . import plots
+from . import plots, report_fallback
+from .metrics import report_lines as metric_lines
+from .report_power import SWEEP_HEADER, sweep_notes, sweep_rows
 from .validate import drop_verdict, resolution_warning
 
 
@@ -70,11 +73,25 @@ def _bench_rows(manifest: dict[str, Any]) -> list[list[str]]:
             lat = t.get("latency_ms") or {}
             rows.append([device, str(t.get("name", "?")), str(t.get("status", "?")),
                          _fmt(lat.get("p50"), ".3f"), _fmt(lat.get("p99"), ".3f"),
-                         _fmt(t.get("peak_rss_mb"), ".1f"), t.get("message", "") or ""])
+                         _fmt(t.get("peak_rss_mb"), ".1f"), _fmt(energy_mj(t), ".4g"),
+                         t.get("message", "") or ""])
     return rows
 
 
-BENCH_HEADER = ["device", "target", "status", "p50 ms", "p99 ms", "peak RSS MB", "note"]
+BENCH_HEADER = ["device", "target", "status", "p50 ms", "p99 ms", "peak RSS MB", "mJ/inf",
+                "note"]
+
+
+def _sweep_section(manifest: dict[str, Any]) -> list[str]:
+    rows = sweep_rows(manifest)
+    if not rows:
+        return []
+    return ["## Power sweep", "", _md_table(SWEEP_HEADER, rows), "",
+            "Energy is per inference over the measured window (sleeps of a duty cycle or "
+            "frame period included); W is the mean power over it. within budgets: the "
+            "setting meets the profile's latency (p50) and energy budgets; ? = energy "
+            "unavailable, so it cannot be judged.", "",
+            *[f"- {n}" for n in sweep_notes(manifest)], ""]
 
 CONFIDENCE_HEADER = ["target", "top-1", "95% CI", "drop pt", "drop 95% CI", "vs budget"]
 
@@ -210,6 +227,8 @@ def _plots(root: Path, manifest: dict[str, Any]) -> list[str]:
         if manifest.get("bench"):
             plots.plot_bench(manifest["bench"], root / "report_bench.png")
             made.append("report_bench.png")
+            if plots.plot_power(manifest["bench"], root / "report_power.png") is not None:
+                made.append("report_power.png")
     except Exception:  # a plot must never fail a build; the tables carry the figures
         return made
     return made
@@ -248,6 +267,7 @@ def render_markdown(manifest: dict[str, Any], images: list[str]) -> str:
         f"{manifest.get('input', {}).get('layout')}, "
         f"normalisation `{manifest.get('input', {}).get('normalization', {}).get('formula')}`",
         *_batch_line(manifest),
+        *metric_lines(manifest),  # the primary metric (--task/--metric) and its unit
         "",
         "## Targets",
         "",
@@ -261,6 +281,7 @@ def render_markdown(manifest: dict[str, Any], images: list[str]) -> str:
     if manifest.get("budget_misses"):
         parts += ["## Budget misses", "", *[f"- {m}" for m in manifest["budget_misses"]], ""]
     parts += _judgement_sections(manifest)
+    parts += report_fallback.markdown(manifest, _md_table)
     if manifest.get("compress"):
         parts += ["## Compression", "", "```json",
                   json.dumps(manifest["compress"], indent=2), "```", ""]
@@ -276,6 +297,7 @@ def render_markdown(manifest: dict[str, Any], images: list[str]) -> str:
         bench_notes = _bench_notes(manifest)
         if bench_notes:
             parts += ["Notes:", "", *[f"- {n}" for n in bench_notes], ""]
+        parts += _sweep_section(manifest)
     parts += [f"![{img}]({img})" for img in images]
     return "\n".join(parts) + "\n"
 
@@ -294,18 +316,24 @@ def render_html(manifest: dict[str, Any], images: list[str]) -> str:
         f"<h1>edgesmith build: {name}</h1>",
         f"<p>reference ({html.escape(str(ref.get('source')))}): top-1 "
         f"{_pct(ref.get('accuracy'))}</p>",
+        *[f"<p>{html.escape(line)}</p>" for line in metric_lines(manifest)[:1]],
         "<h2>Targets</h2>", _html_table(HEADER, target_rows(manifest)),
     ]
     if manifest.get("budget_misses"):
         items = "".join(f"<li>{html.escape(m)}</li>" for m in manifest["budget_misses"])
         sections += ["<h2>Budget misses</h2>", f"<ul>{items}</ul>"]
     sections += _judgement_html(manifest)
+    sections += report_fallback.html_section(manifest, _html_table)
     if manifest.get("bench"):
         sections += ["<h2>On-device benchmarks</h2>",
                      _html_table(BENCH_HEADER, _bench_rows(manifest))]
         items = "".join(f"<li>{html.escape(n)}</li>" for n in _bench_notes(manifest))
         if items:
             sections.append(f"<ul>{items}</ul>")
+        if sweep_rows(manifest):
+            notes = "".join(f"<li>{html.escape(n)}</li>" for n in sweep_notes(manifest))
+            sections += ["<h2>Power sweep</h2>", _html_table(SWEEP_HEADER, sweep_rows(manifest)),
+                         f"<ul>{notes}</ul>"]
     sections += [f'<img src="{html.escape(i)}" alt="{html.escape(i)}">' for i in images]
     style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
              "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}"
