@@ -119,3 +119,94 @@ def plot_bench(bench: dict[str, Any], out_png: Path) -> Path:
         fig.savefig(out_png, format="png", metadata=_PNG_META)
         plt.close(fig)
     return out_png
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points no other point beats on both latency and energy, by latency: what a
+    power-aware schedule would choose from (lower is better on both axes)."""
+    front: list[tuple[float, float]] = []
+    for x, y in sorted(set(points)):
+        if not front or y < front[-1][1]:
+            front.append((x, y))
+    return front
+
+
+def _swept(bench: dict[str, Any]) -> dict[str, list[tuple[str, dict[str, Any], dict[str, Any]]]]:
+    """{target: [(device, device entry, target result)]} for every target with a sweep."""
+    out: dict[str, list[tuple[str, dict[str, Any], dict[str, Any]]]] = {}
+    for dev in sorted(bench):
+        entry = bench[dev] if isinstance(bench[dev], dict) else {}
+        for t in entry.get("targets") or []:
+            if isinstance(t.get("power_sweep"), dict):
+                out.setdefault(str(t.get("name")), []).append((dev, entry, t))
+    return out
+
+
+def _sweep_points(result: dict[str, Any]) -> list[tuple[float, float, str]]:
+    points = []
+    for s in result["power_sweep"].get("settings") or []:
+        x = _num((s.get("latency_ms") or {}).get("p50"))
+        y = _num(s.get("energy_mj"))
+        if s.get("status") == "ok" and x is not None and y is not None:
+            points.append((x, y, str(s.get("label"))))
+    return points
+
+
+def _draw_budgets(ax, entries: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> None:
+    lat = {_num(e.get("budget_latency_ms")) for _, e, _ in entries} - {None}
+    mj = {_num(e.get("budget_energy_mj")) for _, e, _ in entries} - {None}
+    for v in sorted(lat):
+        ax.axvline(v, color="#C44E52", linestyle="--", linewidth=0.8,
+                   label=f"budgets.latency_ms {v:g}")
+    for v in sorted(mj):
+        ax.axhline(v, color="#C44E52", linestyle=":", linewidth=0.8,
+                   label=f"budgets.energy_mj {v:g}")
+
+
+def _draw_target(ax, plt, target: str,
+                 entries: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> None:
+    """One target: each device's settings, its Pareto front, the budgets."""
+    cmap = plt.get_cmap("tab10")
+    unavailable = []
+    for i, (dev, _entry, result) in enumerate(entries):
+        points = _sweep_points(result)
+        if not points:
+            unavailable.append(f"{dev}: {result['power_sweep'].get('energy_source')}")
+            continue
+        ax.scatter([p[0] for p in points], [p[1] for p in points], color=cmap(i % 10), s=24,
+                   zorder=3, label=dev)
+        for x, y, label in points:
+            ax.annotate(label, (x, y), textcoords="offset points", xytext=(3, 3), fontsize=6)
+        front = pareto_front([(x, y) for x, y, _ in points])
+        ax.step([p[0] for p in front], [p[1] for p in front], where="post", color=cmap(i % 10),
+                linewidth=1.0, alpha=0.7, label=f"{dev} Pareto front")
+    _draw_budgets(ax, entries)
+    if unavailable:
+        ax.text(0.5, 0.5, "energy unavailable\n" + "\n".join(unavailable), ha="center",
+                va="center", fontsize=6, wrap=True, transform=ax.transAxes)
+    ax.set_xlabel("latency p50 (ms)")
+    ax.set_ylabel("energy per inference (mJ)")
+    ax.set_title(f"{target}: energy vs latency per setting")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=6)
+
+
+def plot_power(bench: dict[str, Any], out_png: Path) -> Path | None:
+    """Energy per inference vs p50 latency, one panel per swept target: every setting of
+    every device, each device's Pareto front, the profile's latency and energy budgets.
+    A device without an energy sensor is named with why, never drawn as 0. None when no
+    target was swept."""
+    swept = _swept(bench)
+    if not swept:
+        return None
+    plt = _pyplot()
+    with plt.rc_context(_STYLE):
+        fig, axes = plt.subplots(len(swept), 1, figsize=(7, 3.6 * len(swept)), squeeze=False)
+        for ax, (target, entries) in zip(axes[:, 0], sorted(swept.items()), strict=True):
+            _draw_target(ax, plt, target, entries)
+        fig.tight_layout()
+        out_png = Path(out_png)
+        out_png.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out_png, format="png", metadata=_PNG_META)
+        plt.close(fig)
+    return out_png
