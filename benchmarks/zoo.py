@@ -9,8 +9,11 @@ model x target with status, top-1 of the FP32 reference and of the artifact, the
 size, host p50 latency and build time (``--skip-unsupported``: a target that cannot
 express a node is a ``skipped`` row and the others still build). ``--json`` prints the
 rows as a list of ``{model, target, precision, status, accuracy, reference_accuracy, drop_pt,
-fallback_layers, size_bytes, p50_ms, build_s}``. A model without a checkpoint is named
-on stderr (``make zoo`` trains the missing ones); nothing is trained here.
+fallback_layers, drop_before_pt, size_bytes, p50_ms, build_s}``: an INT8 target whose
+plain quantization missed the accuracy budget and that the fallback brought back has
+status ``fallback``, the layers it kept in float and the drop before (``drop_pt`` is
+after). A model without a checkpoint is named on stderr (``make zoo`` trains the missing
+ones); nothing is trained here.
 """
 
 from __future__ import annotations
@@ -73,19 +76,21 @@ def rows_of(info: dict[str, Any], out: Path, seconds: float, err: str) -> list[d
     if not manifest_path.is_file():
         return [{"model": info["model"], "target": "-", "precision": "-", "status": "failed",
                  "accuracy": None, "reference_accuracy": info["val_accuracy"], "drop_pt": None,
-                 "fallback_layers": [], "size_bytes": None, "p50_ms": None,
-                 "build_s": round(seconds, 1), "message": err}]
+                 "fallback_layers": [], "drop_before_pt": None, "size_bytes": None,
+                 "p50_ms": None, "build_s": round(seconds, 1), "message": err}]
     manifest = json.loads(manifest_path.read_text())
     timings = manifest.get("timings", [])
     rows = []
     for t in manifest.get("targets", []):
-        fallback = t.get("fallback_layers") or t.get("meta", {}).get("fallback_layers") or []
+        fb = t.get("fallback") or {}  # the accuracy-aware INT8 fallback's record
+        fallback = list(fb.get("layers") or []) if fb.get("applied") else []
         status = "fallback" if t["status"] == "ok" and fallback else t["status"]
         rows.append({
             "model": info["model"], "target": t["name"], "precision": t["precision"],
             "status": status, "accuracy": t.get("accuracy"),
             "reference_accuracy": t.get("reference_accuracy"),
             "drop_pt": t.get("accuracy_drop"), "fallback_layers": fallback,
+            "drop_before_pt": fb.get("drop_before_pt"),
             "size_bytes": t.get("size_bytes"), "p50_ms": t.get("latency_ms_p50"),
             "build_s": _target_seconds(timings, t["name"]),
             **({"message": t["message"].splitlines()[0][:160]} if t.get("message") else {}),
@@ -133,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
         out, seconds, err = build(info, args.profile, args.out)
         got = rows_of(info, out, seconds, err)
-        print(f"  {seconds:.0f} s, {sum(r['status'] == 'ok' for r in got)}/{len(got)} targets ok",
-              file=sys.stderr, flush=True)
+        ok = sum(r["status"] in ("ok", "fallback") for r in got)
+        print(f"  {seconds:.0f} s, {ok}/{len(got)} targets ok", file=sys.stderr, flush=True)
         rows += got
     print(json.dumps(rows, indent=2) if args.json else table(rows))
     return 0 if infos else 2

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import shutil
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -41,12 +42,17 @@ class _CalibReader:
         pass
 
 
-def quantize_qdq(fp32_onnx: Path, calib, out: Path, *, log=None) -> Path:
-    """Static INT8 QDQ: per-channel symmetric int8 weights, asymmetric int8 activations."""
+def quantize_qdq(fp32_onnx: Path, calib, out: Path, *, log=None,
+                 exclude: Sequence[str] = ()) -> Path:
+    """Static INT8 QDQ: per-channel symmetric int8 weights, asymmetric int8 activations.
+    ``exclude``: node names left in float (the accuracy-aware fallback's layers); their
+    inputs are not quantized for them, so a float node sits between a DQ and a Q."""
     import onnx
     from onnxruntime import quantization as q
 
-    name = onnx.load(str(fp32_onnx), load_external_data=False).graph.input[0].name
+    graph = onnx.load(str(fp32_onnx), load_external_data=False).graph
+    name = graph.input[0].name
+    _check_names(exclude, {n.name for n in graph.node}, fp32_onnx)
     method = getattr(q.CalibrationMethod, _ORT_METHODS[calib.method])
     extra = {"ActivationSymmetric": False, "WeightSymmetric": True}
     if calib.method == "percentile":
@@ -63,6 +69,7 @@ def quantize_qdq(fp32_onnx: Path, calib, out: Path, *, log=None) -> Path:
                 quant_format=q.QuantFormat.QDQ, per_channel=calib.per_channel,
                 activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8,
                 calibrate_method=method, extra_options=extra,
+                nodes_to_exclude=list(exclude),
             )
     except Exception as e:
         raise ConversionError(f"onnxruntime static quantization failed: {type(e).__name__}: {e}",
@@ -71,8 +78,17 @@ def quantize_qdq(fp32_onnx: Path, calib, out: Path, *, log=None) -> Path:
         root_logger.setLevel(level)
     if log:
         log(f"quantize_static: method={calib.method} samples={calib.samples} "
-            f"per_channel={calib.per_channel} -> {out}")
+            f"per_channel={calib.per_channel} float={list(exclude)} -> {out}")
     return out
+
+
+def _check_names(exclude: Sequence[str], names: set[str], model: Path) -> None:
+    """onnxruntime ignores a name it does not find: a typo would quantize the layer."""
+    missing = [n for n in exclude if n not in names]
+    if missing:
+        raise ConversionError(f"no node named {', '.join(map(repr, missing))} to keep in float",
+                              where=str(model), fix="use node names of the optimized ONNX "
+                                                    "(model.onnx in the build folder)")
 
 
 def to_fp16(fp32_onnx: Path, out: Path) -> Path:

@@ -6,7 +6,9 @@
   size); the CPU plugin decompresses them and computes in f32.
 * int8: when the profile ran QAT (``ctx.qdq_onnx``), its Q/DQ pairs become the IR's
   FakeQuantize nodes, keeping the scales training learned; otherwise ``nncf.quantize``
-  calibrates the OV model on the shared calibration set (post-training).
+  calibrates the OV model on the shared calibration set (post-training); the option
+  ``float_nodes`` (ONNX node names) becomes nncf's ``ignored_scope``, which is how the
+  accuracy-aware fallback (pipeline/fallback.py) keeps layers in float.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from edgesmith.artifact import Artifact, sha256_path
 from edgesmith.capture import capture_output
 from edgesmith.convert._stages import run_stage
+from edgesmith.errors import ConversionError
 from edgesmith.target import CompatRule, ConvertContext, Runner, Target
 
 FORMAT = "openvino"
@@ -36,6 +39,10 @@ class OpenVINOOptions(BaseModel):
         "performance", description="nncf preset: symmetric (performance) or asymmetric "
                                    "(mixed) activations")
     fast_bias_correction: bool = True
+    float_nodes: list[str] = Field(
+        default_factory=list,
+        description="ONNX node names nncf leaves unquantized at int8 (its ignored_scope); "
+                    "the accuracy-aware fallback fills it with the layers it keeps in float")
 
 
 class OpenVINOTarget(Target):
@@ -71,6 +78,8 @@ class OpenVINOTarget(Target):
                                lambda: _quantize(model, ctx))
                 meta["source"] = "post-training nncf.quantize"
                 meta["calibration"] = ctx.calib.summary()
+                if ctx.options.float_nodes:
+                    meta["float_nodes"] = list(ctx.options.float_nodes)
             else:
                 meta["source"] = "optimized export"
             _stable_names(model)
@@ -113,11 +122,30 @@ def _quantize(model, ctx: ConvertContext):
               else nncf.QuantizationPreset.PERFORMANCE)
     if calib.method != "minmax":
         ctx.log(f"note: nncf uses its own min/max statistics; method {calib.method} not applied")
+    ignored = _ignored_ops(model, ctx.options.float_nodes)
     ctx.log(f"nncf {nncf.__version__} quantize: preset={ctx.options.preset} "
             f"subset_size={calib.samples} fast_bias_correction="
-            f"{ctx.options.fast_bias_correction}")
+            f"{ctx.options.fast_bias_correction} ignored_scope={ignored}")
     return nncf.quantize(model, dataset, preset=preset, subset_size=calib.samples,
-                         fast_bias_correction=ctx.options.fast_bias_correction)
+                         fast_bias_correction=ctx.options.fast_bias_correction,
+                         ignored_scope=nncf.IgnoredScope(names=ignored) if ignored else None)
+
+
+def _ignored_ops(model, onnx_nodes: list[str]) -> list[str]:
+    """The OpenVINO ops an ONNX node became: the frontend keeps the node's name on its
+    last op and names the others under it (a Conv with bias is ``<name>/WithoutBiases``
+    then the ``<name>`` Add; a Gemm a ``<name>/WithoutBiases`` MatMul)."""
+    names = [op.get_friendly_name() for op in model.get_ops()]
+    found: list[str] = []
+    for node in onnx_nodes:
+        hits = [n for n in names if n == node or n.startswith(node + "/")]
+        if not hits:
+            raise ConversionError(f"float_nodes: no op of the OpenVINO model comes from "
+                                  f"ONNX node {node!r}", where="openvino int8 options",
+                                  fix="name nodes of the optimized ONNX (model.onnx in the "
+                                      "build folder)")
+        found += hits
+    return found
 
 
 def _stage(ctx: ConvertContext, stage: str, fn):

@@ -1,0 +1,274 @@
+"""Accuracy-aware INT8 fallback: keep the layers that break the budget in float.
+
+When an INT8 target misses ``budgets.accuracy_drop`` (or its outputs are so far off that
+validation rejects it), a few layers are usually to blame: one whose input carries a
+handful of huge channels, so one per-tensor scale rounds every other channel away. This
+module finds them and keeps them in float, one more at a time, until the budget holds:
+
+1. rank: every quantized node of the static QDQ model by its own SQNR
+   (``sensitivity.rank_layers``: a cheap proxy, ~two forward passes on the calibration
+   samples), most harmful first;
+2. screen: quantize again with the top 1, 2, ... nodes excluded (onnxruntime's
+   ``nodes_to_exclude``) and validate each QDQ model with onnxruntime, until one is
+   within the budget: the smallest count that confirms by accuracy;
+3. per target: convert with those layers in float (the static QDQ for formats that lower
+   it, the ``float_nodes`` option for formats that quantize themselves, e.g. OpenVINO's
+   nncf ``ignored_scope``), validate, and add the next layer while it still misses, up to
+   ``MAX_FRACTION`` of the quantized layers.
+
+It runs only for a target that missed: a build within budget pays nothing. The result
+carries ``fallback`` (layers, drop before/after, tries) into the manifest and report.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from edgesmith import capture
+from edgesmith.artifact import Artifact
+from edgesmith.convert.onnx_qdq import quantize_qdq
+from edgesmith.convert.optimize import ort_session, run_ort
+
+from . import registry, stages, validate
+from .events import Events
+from .sensitivity import LayerScore, rank_layers
+
+MAX_FRACTION = 0.2  # at most this share of the quantized layers is kept in float
+RANK_SAMPLES = 256  # calibration samples the per-layer SQNR is measured on
+OPTION = "float_nodes"  # the Options field of a format that quantizes by itself
+
+
+@dataclass
+class Fallback:
+    """One per build: the ranking and the QDQ variants every INT8 target shares."""
+
+    fp32_onnx: Path
+    calib: Any  # CalibrationSet
+    static_qdq: Path | None
+    splits: Any  # data.Splits
+    reference: stages.Reference
+    budget_pt: float | None
+    root: Path
+    work_dir: Path
+    events: Events
+    enabled: bool = True
+    use_cache: bool = True
+    max_batch: int | None = None
+    published: Path | None = None  # --out, for paths in messages
+    _ranking: list[LayerScore] | None = None
+    _variants: dict[int, Path] = field(default_factory=dict)
+    _screen: tuple[int, list[dict[str, Any]]] | None = None
+
+    # -- when ---------------------------------------------------------------------------
+    def reason(self, r: stages.TargetResult) -> str | None:
+        """Why ``r`` needs the fallback (the miss), or None when it does not."""
+        v = r.validation
+        if not self.enabled or self.budget_pt is None or r.spec.precision.value != "int8" \
+                or v is None or not v.ran or v.accuracy_drop is None:
+            return None
+        if r.status == "rejected":
+            return f"output parity off ({v.parity_problem('int8')})"
+        if r.status == "ok" and v.accuracy_drop > self.budget_pt:
+            return f"accuracy drop {v.accuracy_drop:.2f} pt > budget {self.budget_pt:g} pt"
+        return None
+
+    def apply(self, r: stages.TargetResult, options: Any,
+              ctx_args: dict[str, Any]) -> stages.TargetResult:
+        """``r`` itself when no fallback is needed or possible; else the best result the
+        fallback reached, with ``fallback`` set either way it ran."""
+        why = self.reason(r)
+        if why is None:
+            return r
+        target = registry.get(r.spec.format.value)
+        how = _route(target, options, ctx_args)
+        if how is None:
+            return r
+        name = r.spec.name
+        with self.events.stage(f"fallback {name}", f"{why}: keep layers in float") as st, \
+                capture.to_log(self.root / "logs" / f"{name}.log",
+                               published=(self.root, self.published or self.root)):
+            out = self._search(r, options, ctx_args, how)
+            if out.status != "ok":
+                st.fail()
+        return out
+
+    # -- shared across targets ----------------------------------------------------------
+    def ranking(self) -> list[LayerScore]:
+        if self._ranking is None:
+            qdq = self.static_qdq or self._variant(0)
+            self._ranking = rank_layers(self.fp32_onnx, qdq, self.calib.x[:RANK_SAMPLES],
+                                        self.max_batch or 32)
+        return self._ranking
+
+    def cap(self) -> int:
+        """How many layers may fall back: ``MAX_FRACTION`` of the quantized ones, >= 1."""
+        return max(1, math.ceil(MAX_FRACTION * len(self.ranking()))) if self.ranking() else 0
+
+    def layers(self, k: int) -> list[str]:
+        return [s.node for s in self.ranking()[:k]]
+
+    def _variant(self, k: int) -> Path:
+        """The static QDQ model with the ``k`` most sensitive layers left in float."""
+        if k not in self._variants:
+            out = self.work_dir / "fallback" / f"model_qdq_float{k}.onnx"
+            quantize_qdq(self.fp32_onnx, self.calib, out,
+                         exclude=self.layers(k) if k else ())
+            self._variants[k] = out
+        return self._variants[k]
+
+    def screened(self) -> tuple[int, list[dict[str, Any]]]:
+        """(the fewest layers whose exclusion brings the onnxruntime QDQ model within the
+        budget, or the cap when none does; each count's figures)."""
+        if self._screen is None:
+            steps = []
+            found = self.cap()
+            for k in range(1, self.cap() + 1):
+                v = self._validate_qdq(self._variant(k))
+                steps.append({"layers": k, "drop_pt": v.accuracy_drop,
+                              "cosine": None if v.cosine is None else round(v.cosine, 5)})
+                if _within(v, self.budget_pt):
+                    found = k
+                    break
+            self._screen = (found, steps)
+        return self._screen
+
+    def _validate_qdq(self, qdq: Path) -> validate.Validation:
+        sess = ort_session(qdq)
+        batch = self.max_batch or validate.BATCH
+        ref = self.reference  # judged as stages.convert_and_validate judges a target
+        return validate.validate(lambda x: run_ort(sess, x, batch), self.splits.val_x,
+                                 self.splits.val_y, ref.outputs, ref.accuracy,
+                                 measure_latency=False, batch=batch,
+                                 reference_correct=ref.correct, metric=ref.metric,
+                                 metric_against=ref.drop_outputs,
+                                 metric_reference=ref.metric_value)
+
+    # -- per target ---------------------------------------------------------------------
+    def _search(self, r: stages.TargetResult, options: Any, ctx_args: dict[str, Any],
+                how: str) -> stages.TargetResult:
+        if not self.ranking():
+            return _annotated(r, self._record(r, None, [], 0), "no quantized layer to rank")
+        start, _ = self.screened()
+        tried = 0
+        best: stages.TargetResult | None = None
+        for k in range(start, self.cap() + 1):
+            tried += 1
+            got = self._try(r, options, ctx_args, how, k)
+            if got.validation is not None and got.validation.ran and (
+                    best is None or _drop(got) < _drop(best)):
+                best = got
+            if got.status == "ok" and _within(got.validation, self.budget_pt):
+                return self._adopt(r, got, k, tried)
+        record = self._record(r, best, self.layers(self.cap()), tried)
+        return _annotated(r, record, f"fallback kept up to {self.cap()} layer(s) in float "
+                                     f"in {tried} tr{'y' if tried == 1 else 'ies'}; best "
+                                     f"drop {record['drop_after_pt']} pt")
+
+    def _try(self, r: stages.TargetResult, options: Any, ctx_args: dict[str, Any],
+             how: str, k: int) -> stages.TargetResult:
+        """Convert and validate ``r``'s target with the top ``k`` layers in float, in a
+        scratch build folder; its log is appended to the target's own."""
+        args, opts = dict(ctx_args), options
+        if how == "static_qdq":
+            args["static_qdq"] = self._variant(k)
+        else:
+            opts = options.model_copy(update={OPTION: self.layers(k)})
+        scratch = self._scratch(r.spec.name, k)
+        got = stages.convert_and_validate(r.spec, opts, args, self.splits, self.reference,
+                                          scratch, self.use_cache, self.max_batch)
+        log = scratch / "logs" / f"{r.spec.name}.log"
+        if log.is_file():
+            with (self.root / "logs" / f"{r.spec.name}.log").open("a", encoding="utf-8") as f:
+                f.write(f"--- fallback: {k} layer(s) in float: {self.layers(k)}\n")
+                f.write(log.read_text(encoding="utf-8", errors="replace"))
+        self.events.info(f"{r.spec.name}: {k} layer(s) in float: "
+                         f"{_drop_text(got)} ({got.status})")
+        return got
+
+    def _scratch(self, name: str, k: int) -> Path:
+        return self.work_dir / "fallback" / f"{name}-{k}"
+
+    def _adopt(self, r: stages.TargetResult, got: stages.TargetResult, k: int,
+               tried: int) -> stages.TargetResult:
+        """The passing try's artifact replaces the plain INT8 one in the build folder."""
+        name = r.spec.name
+        final = self.root / "targets" / name
+        for old in (final, self.root / "rejected" / name):
+            if old.exists():
+                shutil.rmtree(old)
+        if (self.root / "rejected").is_dir() and not any((self.root / "rejected").iterdir()):
+            (self.root / "rejected").rmdir()
+        src = self._scratch(name, k) / "targets" / name  # where convert_and_validate put it
+        shutil.move(str(src), str(final))
+        art = got.artifact
+        artifact = Artifact(final / art.path.relative_to(src), art.format, art.precision,
+                            art.sha256, {**art.meta, "float_nodes": self.layers(k)})
+        record = self._record(r, got, self.layers(k), tried)
+        msg = (f"{name}: INT8 drop {_pt(r)} pt missed the {self.budget_pt:g} pt budget; "
+               f"{k} layer(s) kept in float ({', '.join(self.layers(k))}): drop "
+               f"{_pt(got)} pt")
+        return stages.TargetResult(r.spec, artifact, got.validation, "ok", msg,
+                                   fallback=record)
+
+    def _record(self, r: stages.TargetResult, got: stages.TargetResult | None,
+                layers: list[str], tried: int) -> dict[str, Any]:
+        """The manifest's ``fallback`` of one target."""
+        start, steps = self.screened() if self.ranking() else (0, [])
+        applied = got is not None and got.status == "ok" and _within(got.validation,
+                                                                      self.budget_pt)
+        return {
+            "applied": applied, "layers": layers if applied else [],
+            "tried_layers": layers, "budget_pt": self.budget_pt,
+            "drop_before_pt": r.validation.accuracy_drop if r.validation else None,
+            "drop_after_pt": _drop(got) if got is not None and got.validation else None,
+            "tried": tried, "cap": self.cap(),
+            "screen": {"runtime": "onnxruntime", "layers": start, "steps": steps},
+            "ranking": [s.to_json() for s in self.ranking()[:max(self.cap(), 5)]],
+        }
+
+
+def _route(target: Any, options: Any, ctx_args: dict[str, Any]) -> str | None:
+    """How a format takes layers in float: through the static QDQ model it lowers, or
+    through its own ``float_nodes`` option; None when it has neither or starts from a
+    QAT model (whose learned scales the fallback does not re-derive)."""
+    if ctx_args.get("qdq_onnx") is not None:
+        return None
+    if getattr(target, "uses_static_qdq", False):
+        return "static_qdq"
+    if OPTION in type(options).model_fields:
+        return "option"
+    return None
+
+
+def _within(v: validate.Validation | None, budget_pt: float | None) -> bool:
+    return (v is not None and v.ran and v.accuracy_drop is not None
+            and budget_pt is not None and v.parity_ok("int8") and v.accuracy_drop <= budget_pt)
+
+
+def _drop(r: stages.TargetResult) -> float:
+    v = r.validation
+    return math.inf if v is None or v.accuracy_drop is None else v.accuracy_drop
+
+
+def _pt(r: stages.TargetResult) -> str:
+    return "?" if math.isinf(_drop(r)) else f"{_drop(r):.2f}"
+
+
+def _drop_text(r: stages.TargetResult) -> str:
+    v = r.validation
+    if v is None or v.accuracy_drop is None:
+        return r.message or "no figures"
+    return f"drop {v.accuracy_drop:.2f} pt, cosine {v.cosine:.4f}"
+
+
+def _annotated(r: stages.TargetResult, record: dict[str, Any],
+               note: str) -> stages.TargetResult:
+    return replace(r, message=f"{r.message}; {note}" if r.message else f"{r.spec.name}: {note}",
+                   fallback=record)
+
+
+__all__ = ["Fallback"]

@@ -1,0 +1,56 @@
+"""The report's section on the accuracy-aware INT8 fallback (``fallback.py``): which
+layers each INT8 target kept in float, and its accuracy drop before and after."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from typing import Any
+
+HEADER = ["target", "layers kept in float", "drop before", "drop after", "tries",
+          "within budget"]
+TITLE = "INT8 layers kept in float (accuracy-aware fallback)"
+NOTE = ("Layers ranked by their own SQNR when quantized alone (most harmful first), "
+        "screened with onnxruntime, then confirmed on each target by its validation "
+        "accuracy; at most {cap} layer(s) may fall back. --no-fallback turns this off.")
+
+
+def rows(manifest: dict[str, Any]) -> list[list[str]]:
+    """One row per target the fallback ran for."""
+    out = []
+    for t in manifest.get("targets", []):
+        fb = t.get("fallback")
+        if not fb:
+            continue
+        layers = ", ".join(fb["layers"] if fb["applied"] else fb.get("tried_layers") or [])
+        out.append([t["name"], (layers if fb["applied"] else f"(tried) {layers}") or "—",
+                    _pt(fb.get("drop_before_pt")), _pt(fb.get("drop_after_pt")),
+                    str(fb.get("tried", 0)), "yes" if fb["applied"] else "no"])
+    return out
+
+
+def _pt(v: Any) -> str:
+    return "—" if v is None else f"{v:.2f} pt"
+
+
+def _cap(manifest: dict[str, Any]) -> int:
+    return max((t["fallback"].get("cap", 0) for t in manifest.get("targets", [])
+                if t.get("fallback")), default=0)
+
+
+def markdown(manifest: dict[str, Any], table: Callable[[list[str], list[list[str]]], str]
+             ) -> list[str]:
+    found = rows(manifest)
+    if not found:
+        return []
+    return [f"## {TITLE}", "", table(HEADER, found), "",
+            NOTE.format(cap=_cap(manifest)), ""]
+
+
+def html_section(manifest: dict[str, Any],
+                 table: Callable[[list[str], list[list[str]]], str]) -> list[str]:
+    found = rows(manifest)
+    if not found:
+        return []
+    return [f"<h2>{html.escape(TITLE)}</h2>", table(HEADER, found),
+            f"<p>{html.escape(NOTE.format(cap=_cap(manifest)))}</p>"]
