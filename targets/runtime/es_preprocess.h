@@ -7,8 +7,8 @@
  * the source frame, so there is no intermediate image and no malloc.
  *
  * Standalone (only <stdint.h>/<stddef.h>): a camera pipeline can take this pair of files
- * without the rest of the runtime. Generated models put their spec in model.h
- * (ES_PREPROCESS_SPEC_INIT) when the build declared one. */
+ * without the rest of the runtime. The spec's values are the manifest's
+ * data.preprocess (model.h does not carry them yet). */
 #ifndef ES_PREPROCESS_H
 #define ES_PREPROCESS_H
 
