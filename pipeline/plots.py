@@ -163,6 +163,16 @@ def _draw_budgets(ax, entries: list[tuple[str, dict[str, Any], dict[str, Any]]])
                    label=f"budgets.energy_mj {v:g}")
 
 
+def _log_if_wide(ax, points: list[tuple[float, float, str]]) -> None:
+    """Log axes where figures span more than 20x (a frame period's idle energy beside
+    back-to-back runs), so the cluster near the front stays readable."""
+    for values, set_scale in (([p[0] for p in points], ax.set_xscale),
+                              ([p[1] for p in points], ax.set_yscale)):
+        positive = [v for v in values if v > 0]
+        if positive and max(positive) > 20 * min(positive):
+            set_scale("log")
+
+
 def _draw_target(ax, plt, target: str,
                  entries: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> None:
     """One target: each device's settings, its Pareto front, the budgets."""
@@ -181,6 +191,7 @@ def _draw_target(ax, plt, target: str,
         ax.step([p[0] for p in front], [p[1] for p in front], where="post", color=cmap(i % 10),
                 linewidth=1.0, alpha=0.7, label=f"{dev} Pareto front")
     _draw_budgets(ax, entries)
+    _log_if_wide(ax, [p for _, _, r in entries for p in _sweep_points(r)])
     if unavailable:
         ax.text(0.5, 0.5, "energy unavailable\n" + "\n".join(unavailable), ha="center",
                 va="center", fontsize=6, wrap=True, transform=ax.transAxes)
