@@ -361,3 +361,29 @@ def _coreml(path: Path, runtime: str) -> StaticCheck:
         return StaticCheck(runtime, "ok")
     return StaticCheck(runtime, "op missing",
                        [Finding("Core ML spec", have, limit, "specificationVersion")])
+
+
+def tflite_output_lsb(path: Path) -> float | None:
+    """The quantization step of the first output: its own scale when it is an integer
+    tensor, else (float I/O around an INT8 body) the scale of the tensor its DEQUANTIZE
+    reads. None for a float model. One LSB of it is how far two runtimes may differ."""
+    schema = _schema()
+    model = schema.ModelT.InitFromPackedBuf(bytearray(Path(path).read_bytes()), 0)
+    sub = model.subgraphs[0]
+    out = int(sub.outputs[0])
+    scale = _scale(sub.tensors[out])
+    if scale is not None:
+        return scale
+    codes = model.operatorCodes or []
+    for op in sub.operators or []:
+        oc = codes[op.opcodeIndex]
+        code = max(int(oc.builtinCode or 0), int(oc.deprecatedBuiltinCode or 0))
+        if out in list(op.outputs) and code == schema.BuiltinOperator.DEQUANTIZE:
+            return _scale(sub.tensors[int(op.inputs[0])])
+    return None
+
+
+def _scale(tensor: Any) -> float | None:
+    q = tensor.quantization
+    scales = list(q.scale) if q is not None and q.scale is not None else []
+    return float(scales[0]) if len(scales) == 1 and scales[0] > 0 else None
