@@ -15,7 +15,7 @@ from typing import Any
 from edgesmith.artifact import write_text_atomic
 from edgesmith.devices.verdict import energy_mj
 
-from . import plots, report_fallback
+from . import plots, report_fallback, report_runtimes
 from .metrics import report_lines as metric_lines
 from .report_power import SWEEP_HEADER, sweep_notes, sweep_rows
 from .validate import drop_verdict, resolution_warning
@@ -282,6 +282,7 @@ def render_markdown(manifest: dict[str, Any], images: list[str]) -> str:
         parts += ["## Budget misses", "", *[f"- {m}" for m in manifest["budget_misses"]], ""]
     parts += _judgement_sections(manifest)
     parts += report_fallback.markdown(manifest, _md_table)
+    parts += report_runtimes.markdown(manifest, _md_table)
     if manifest.get("compress"):
         parts += ["## Compression", "", "```json",
                   json.dumps(manifest["compress"], indent=2), "```", ""]
@@ -324,6 +325,7 @@ def render_html(manifest: dict[str, Any], images: list[str]) -> str:
         sections += ["<h2>Budget misses</h2>", f"<ul>{items}</ul>"]
     sections += _judgement_html(manifest)
     sections += report_fallback.html_section(manifest, _html_table)
+    sections += report_runtimes.html_section(manifest, _html_table)
     if manifest.get("bench"):
         sections += ["<h2>On-device benchmarks</h2>",
                      _html_table(BENCH_HEADER, _bench_rows(manifest))]
