@@ -26,8 +26,8 @@ app = typer.Typer(
 )
 
 # progress and messages go to stderr so `--json` output on stdout stays machine-readable
-err_console = Console(stderr=True, highlight=False)
-out_console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False, emoji=False)
+out_console = Console(highlight=False, emoji=False)
 
 
 # third-party converters log advice and version warnings through `logging`; the build's

@@ -32,7 +32,7 @@ def _progress_console() -> Console:
     except (AttributeError, OSError, ValueError):
         return err_console
     stream = os.fdopen(os.dup(fd), "w", buffering=1, encoding="utf-8", errors="replace")
-    return Console(file=stream, highlight=False)
+    return Console(file=stream, highlight=False, emoji=False)
 
 
 class RichEvents(Events):
@@ -105,6 +105,6 @@ def print_whole(console: Console, renderable: RenderableType) -> None:
     if natural <= console.width:
         console.print(renderable)
         return
-    wide = Console(file=console.file, width=natural, highlight=False,
+    wide = Console(file=console.file, width=natural, highlight=False, emoji=False,
                    color_system=console.color_system, force_terminal=console.is_terminal)
     wide.print(renderable)

@@ -229,3 +229,11 @@ def test_inspect_onnx_with_a_symbolic_size_without_data_suggests_data(cli, tmp_p
     r = cli("inspect", str(onnx_path))
     _assert_input_error(r, str(onnx_path), "height")
     assert "--data" in r.err.split("fix:", 1)[1]
+
+
+def test_a_callable_named_like_an_emoji_code_is_printed_as_written(cli, tmp_path):
+    """``ds.py:m: ...`` holds ``:m:``, which rich turns into an emoji unless told not to:
+    the terminal must show the reference the user typed."""
+    (tmp_path / "ds.py").write_text("def m():\n    return 5\n")
+    r = _convert(cli, f"{tmp_path}/ds.py:m", tmp_path / "out")
+    _assert_input_error(r, f"{tmp_path}/ds.py:m: returned int")
