@@ -95,10 +95,11 @@ class CTarget(Target):
         src, source = (Path(ctx.fp32_onnx), "fp32") if precision == "fp32" else \
             self._int8_model(ctx)
         out = Path(ctx.out_dir)
+        power = codegen.PowerDefaults.of(getattr(ctx.profile, "power", None))
         kw = dict(precision=precision, embedded=opts.weights == "embedded", cc=opts.cc,
                   cflags=opts.cflags, ldflags=opts.ldflags, alignment=opts.alignment,
                   name=getattr(ctx.profile, "name", "model"), deploy_cc=opts.cross_cc,
-                  deploy_cflags=opts.cross_cflags, requant=opts.requant)
+                  deploy_cflags=opts.cross_cflags, requant=opts.requant, power=power)
         ctx.log(f"c: lowering {src} ({precision}, {source})")
         try:
             gen = codegen.from_onnx(src, out, **kw)
@@ -115,7 +116,8 @@ class CTarget(Target):
         run.build(out, log=ctx.log)
         meta: dict[str, Any] = {**gen.plan.figures(), "weights_bytes": gen.weights_bytes,
                                 "weights": opts.weights, "cc": opts.cc, "cflags": opts.cflags,
-                                "source_onnx": src.name, "steps": _steps(out)}
+                                "source_onnx": src.name, "steps": _steps(out),
+                                "power": power.figures()}  # model.h's ES_POWER_* defaults
         if precision == "int8":
             meta["requant"] = opts.requant
             meta["int8_source"] = source
@@ -145,9 +147,10 @@ class CTarget(Target):
         return _run
 
     def host_latency_ms(self, artifact: Artifact, sample: Any) -> float | None:
-        """p50 of ``edgesmith_bench --runs 50 --warmup 5`` on ``sample`` (one sample of the
-        model's input; a batch is cut to its first sample): the inference alone, without
-        the process start the runner pays per call."""
+        """p50 of ``edgesmith_bench --runs 50 --warmup 5 --no-power`` on ``sample`` (one
+        sample of the model's input; a batch is cut to its first sample): the inference
+        alone, without the process start the runner pays per call, nor the sleeps of the
+        profile's power schedule, nor a change of this host's governor."""
         import tempfile
 
         import numpy as np
@@ -164,7 +167,8 @@ class CTarget(Target):
         with tempfile.TemporaryDirectory(prefix="es_lat_") as tmp:
             fin = Path(tmp) / "in.raw"
             x.astype("<f4").tofile(fin)
-            args = ["--input", str(fin), "--runs", "50", "--warmup", "5"]
+            # the compute time: the profile's power schedule (model.h) is for the device
+            args = ["--input", str(fin), "--runs", "50", "--warmup", "5", "--no-power"]
             if (build_dir / "weights.bin").exists():
                 args = ["--weights", str(build_dir / "weights.bin"), *args]
             res = run.run_bench(build_dir / "edgesmith_bench", args, cwd=build_dir)

@@ -88,8 +88,8 @@ def run(folder: Path, x: np.ndarray, *, binary: Path | None = None,
             s.astype("<f4").tofile(fin)
             run_bench(binary.resolve(), ["--weights", str((folder / "weights.bin").resolve()),
                                          "--input", str(fin), "--output", str(fout),
-                                         "--runs", "1", "--warmup", "0"], wrapper=wrapper,
-                      cwd=folder)
+                                         "--runs", "1", "--warmup", "0", "--no-power"],
+                      wrapper=wrapper, cwd=folder)
             raw = np.fromfile(fout, dtype="<f4")
             outs.append(raw[:int(np.prod(oshapes[0]))].reshape(oshapes[0]))
     return np.concatenate(outs, axis=0) if stacked else outs[0]

@@ -2,12 +2,28 @@
  * print one JSON line of latency figures.
  *
  *   edgesmith_bench [--weights F] [--input in.raw] [--output out.raw] [--runs N]
- *                   [--warmup W] [--slice K] [--sleep-us S] [--sysfs ROOT] [--profile]
+ *                   [--warmup W] [--profile] [--trace] [--sysfs ROOT]
+ *                   [--slice K] [--run-us U] [--sleep-us S] [--period-ms P]
+ *                   [--governor NAME] [--no-power]
  *
  * Input: every model input back to back, raw little-endian float32 in the model's layout;
  * output likewise. Memory: arena and I/O buffers are static; no allocation at all.
  * --profile adds "steps": the mean time of every step (op, node name) over the timed runs,
- * measured by the after_step hook, so a slow layer is found on the device itself. */
+ * measured by the after_step hook, so a slow layer is found on the device itself.
+ *
+ * Power: the run starts from model.h's ES_POWER_* (the profile's power: block), or, with
+ * --no-power anywhere on the line, from everything off (back to back, the governor
+ * untouched); each flag below then overrides one setting. The JSON line records the
+ * settings the run used.
+ *   --slice K / --run-us U / --sleep-us S  run each inference in slices of at most K steps
+ *       and U microseconds, sleeping S microseconds between slices (es_run_duty)
+ *   --period-ms P  one inference per P ms, sleeping to absolute deadlines between (a
+ *       camera's frame loop); reports the duty cycle (time in the steps / wall time) and
+ *       the missed deadlines
+ *   --governor NAME  the cpufreq governor of every CPU for the timed runs, restored after
+ *   --trace  adds "trace": when each step of the first timed run started and ended
+ * Energy comes from RAPL or hwmon under --sysfs (es_energy_open); where neither can be
+ * read, the figures are null and "energy_unavailable" says why - never a made-up figure. */
 #if !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200112L
 #endif
@@ -24,10 +40,37 @@
 #ifndef ES_BENCH_MAX_RUNS
 #define ES_BENCH_MAX_RUNS 100000
 #endif
+#ifndef ES_BENCH_MAX_CPUS
+#define ES_BENCH_MAX_CPUS 256
+#endif
+#define ES_BENCH_STEPS (ES_NUM_STEPS > 0 ? ES_NUM_STEPS : 1)
 
 /* the arena: static, aligned by hand (portable C99) */
 static unsigned char arena_raw[ES_ARENA_BYTES + ES_ARENA_ALIGN];
 static double lat_ms[ES_BENCH_MAX_RUNS];
+
+/* what the command line asked for */
+typedef struct {
+    const char *weights, *input, *output, *sysfs, *governor;
+    int runs, warmup, profile, trace;
+    es_duty duty;       /* slicing: --slice, --run-us, --sleep-us */
+    uint32_t period_us; /* --period-ms: one inference per period; 0 = back to back */
+} bench_args;
+
+/* what the timed runs measured */
+typedef struct {
+    uint64_t busy_ns;  /* inside the steps (after_step hook), or the whole runs without hooks */
+    uint64_t wall_ns;  /* the timed loop from its start to its end, sleeps included */
+    uint32_t missed;   /* --period-ms: runs that ended after the next deadline */
+    int tracing;       /* the hooks record this run into trace_* */
+    uint64_t trace_t0; /* start of the traced run */
+} bench_stats;
+
+/* per step: time over the timed runs (--profile), and the traced run's timeline (--trace) */
+static uint64_t step_ns[ES_BENCH_STEPS];
+static const char *step_op[ES_BENCH_STEPS];
+static const char *step_name[ES_BENCH_STEPS];
+static uint64_t trace_start_ns[ES_BENCH_STEPS], trace_end_ns[ES_BENCH_STEPS];
 
 /* peak RSS of this process: VmHWM (Linux; not inherited across exec), else ru_maxrss */
 static long peak_rss_kb(void) {
@@ -81,15 +124,20 @@ static int feed(es_model *m) {
     return ES_OK;
 }
 
-/* --profile: time spent in each step over the timed runs, through the after_step hook */
-static uint64_t step_ns[ES_NUM_STEPS > 0 ? ES_NUM_STEPS : 1];
-static const char *step_op[ES_NUM_STEPS > 0 ? ES_NUM_STEPS : 1];
-static const char *step_name[ES_NUM_STEPS > 0 ? ES_NUM_STEPS : 1];
+static void before_step(void *user, int index, const char *op, const char *name) {
+    bench_stats *st = (bench_stats *)user;
+    (void)op;
+    (void)name;
+    if (st->tracing && index >= 0 && index < ES_NUM_STEPS)
+        trace_start_ns[index] = es_now_ns() - st->trace_t0;
+}
 
-static void on_step(void *user, int index, const char *op, const char *name,
-                    uint64_t elapsed_ns) {
-    (void)user;
+static void after_step(void *user, int index, const char *op, const char *name,
+                       uint64_t elapsed_ns) {
+    bench_stats *st = (bench_stats *)user;
     if (index < 0 || index >= ES_NUM_STEPS) return;
+    if (st->tracing) trace_end_ns[index] = es_now_ns() - st->trace_t0;
+    st->busy_ns += elapsed_ns;
     step_ns[index] += elapsed_ns;
     step_op[index] = op;
     step_name[index] = name;
@@ -104,23 +152,19 @@ static void print_json_text(const char *t) {
     }
 }
 
-static int run_once(es_model *m, int slice, uint32_t sleep_us, const es_hooks *hooks) {
+/* one inference, sliced when the duty says so */
+static int run_once(es_model *m, const es_duty *duty, const es_hooks *hooks) {
     int rc = feed(m);
     if (rc != ES_OK) return rc;
-    if (slice > 0 || sleep_us > 0) {
-        es_duty d;
-        d.max_steps = slice;
-        d.run_us = 0;
-        d.sleep_us = sleep_us;
-        return es_run_duty(m, &d, hooks);
-    }
+    if (duty->max_steps > 0 || duty->run_us > 0) return es_run_duty(m, duty, hooks);
     return es_run(m, hooks);
 }
 
 static int usage(const char *argv0) {
     fprintf(stderr, "usage: %s [--weights F] [--input in.raw] [--output out.raw] "
-                    "[--runs N>=1] [--warmup W>=0] [--slice K>=0] [--sleep-us S>=0] "
-                    "[--sysfs ROOT] [--profile]\n",
+                    "[--runs N>=1] [--warmup W>=0] [--profile] [--trace] [--sysfs ROOT] "
+                    "[--slice K>=0] [--run-us U>=0] [--sleep-us S>=0] [--period-ms P>=0] "
+                    "[--governor NAME] [--no-power]\n",
             argv0);
     return 2;
 }
@@ -143,107 +187,298 @@ static int parse_number(const char *flag, const char *text, long long lo, long l
     return 0;
 }
 
-/* Longer than 60 lines on purpose: the harness's whole sequence (parse the flags, map the
- * weights, init, warm up, time each run, read energy, print one JSON line) stays in one
- * place a reader can follow top to bottom; each step is a few lines or one helper. */
-int main(int argc, char **argv) {
-    const char *weights = NULL, *input = NULL, *output = NULL, *sysfs = "/sys";
-    int runs = 50, warmup = 5, slice = 0, profile = 0, i, rc, energy_ok;
-    es_hooks prof_hooks = {NULL, on_step, NULL};
-    uint32_t sleep_us = 0;
-    uint64_t e0 = 0, e1 = 0, erange = 0;
+/* --period-ms: milliseconds, fractions allowed (a 30 fps camera is 33.333), to whole
+ * microseconds; 0 turns the period off, anything else must be at least 1 us */
+static int parse_period(const char *text, uint32_t *period_us) {
+    char *end = NULL;
+    double ms;
+    errno = 0;
+    ms = strtod(text, &end);
+    if (errno != 0 || end == text || *end != '\0' || !(ms >= 0.0 && ms <= 3600000.0) ||
+        (ms > 0.0 && ms < 0.001)) {
+        fprintf(stderr, "error: --period-ms %s: expected 0 (off) or milliseconds from 0.001 "
+                        "to 3600000\n", text);
+        return -1;
+    }
+    *period_us = (uint32_t)(ms * 1000.0 + 0.5);
+    return 0;
+}
+
+/* model.h's defaults, or everything off when --no-power is anywhere on the line */
+static void power_defaults(int argc, char **argv, bench_args *a) {
+    int i, off = 0;
+    for (i = 1; i < argc; ++i) off |= strcmp(argv[i], "--no-power") == 0;
+    a->duty.max_steps = off ? 0 : ES_POWER_MAX_STEPS;
+    a->duty.run_us = off ? 0u : ES_POWER_RUN_US;
+    a->duty.sleep_us = off ? 0u : ES_POWER_SLEEP_US;
+    a->period_us = off ? 0u : ES_POWER_PERIOD_US;
+    a->governor = off ? "" : ES_POWER_GOVERNOR;
+}
+
+/* one flag with its value at argv[*i]; 0 when understood, -1 otherwise */
+static int parse_flag(int argc, char **argv, int *i, bench_args *a) {
+    const char *flag = argv[*i], *value = *i + 1 < argc ? argv[*i + 1] : NULL;
     long long num = 0;
-    es_model m;
-    for (i = 1; i < argc; ++i) {
-        const int has_value = i + 1 < argc;
-        if (has_value && strcmp(argv[i], "--weights") == 0) weights = argv[++i];
-        else if (has_value && strcmp(argv[i], "--input") == 0) input = argv[++i];
-        else if (has_value && strcmp(argv[i], "--output") == 0) output = argv[++i];
-        else if (has_value && strcmp(argv[i], "--runs") == 0) {
-            if (parse_number("--runs", argv[++i], 1, INT_MAX, &num) != 0) return usage(argv[0]);
-            runs = (int)num;
-        } else if (has_value && strcmp(argv[i], "--warmup") == 0) {
-            if (parse_number("--warmup", argv[++i], 0, INT_MAX, &num) != 0) return usage(argv[0]);
-            warmup = (int)num;
-        } else if (has_value && strcmp(argv[i], "--slice") == 0) {
-            if (parse_number("--slice", argv[++i], 0, INT_MAX, &num) != 0) return usage(argv[0]);
-            slice = (int)num;
-        } else if (has_value && strcmp(argv[i], "--sleep-us") == 0) {
-            if (parse_number("--sleep-us", argv[++i], 0, UINT32_MAX, &num) != 0)
-                return usage(argv[0]);
-            sleep_us = (uint32_t)num;
-        } else if (has_value && strcmp(argv[i], "--sysfs") == 0) sysfs = argv[++i];
-        else if (strcmp(argv[i], "--profile") == 0) profile = 1;
-        else return usage(argv[0]);
+    if (strcmp(flag, "--profile") == 0) {
+        a->profile = 1;
+        return 0;
     }
-    if (runs > ES_BENCH_MAX_RUNS) runs = ES_BENCH_MAX_RUNS; /* the JSON line says how many */
-    if (load_inputs(input) != 0) {
-        fprintf(stderr, "error: cannot read %s (%u bytes per input expected)\n", input,
-                (unsigned)es_input_bytes[0]);
-        return 1;
+    if (strcmp(flag, "--trace") == 0) {
+        a->trace = 1;
+        return 0;
     }
-    {
-        size_t mis = (size_t)((uintptr_t)arena_raw % ES_ARENA_ALIGN);
-        unsigned char *arena = arena_raw + (mis ? ES_ARENA_ALIGN - mis : 0);
-        rc = es_init(&m, arena, ES_ARENA_BYTES, weights);
+    if (strcmp(flag, "--no-power") == 0) return 0; /* applied before the other flags */
+    if (!value) return -1;
+    ++*i;
+    if (strcmp(flag, "--weights") == 0) a->weights = value;
+    else if (strcmp(flag, "--input") == 0) a->input = value;
+    else if (strcmp(flag, "--output") == 0) a->output = value;
+    else if (strcmp(flag, "--sysfs") == 0) a->sysfs = value;
+    else if (strcmp(flag, "--governor") == 0) a->governor = value;
+    else if (strcmp(flag, "--period-ms") == 0) return parse_period(value, &a->period_us);
+    else if (strcmp(flag, "--runs") == 0 && parse_number(flag, value, 1, INT_MAX, &num) == 0)
+        a->runs = (int)num;
+    else if (strcmp(flag, "--warmup") == 0 && parse_number(flag, value, 0, INT_MAX, &num) == 0)
+        a->warmup = (int)num;
+    else if (strcmp(flag, "--slice") == 0 && parse_number(flag, value, 0, INT_MAX, &num) == 0)
+        a->duty.max_steps = (int)num;
+    else if (strcmp(flag, "--run-us") == 0 &&
+             parse_number(flag, value, 0, UINT32_MAX, &num) == 0)
+        a->duty.run_us = (uint32_t)num;
+    else if (strcmp(flag, "--sleep-us") == 0 &&
+             parse_number(flag, value, 0, UINT32_MAX, &num) == 0)
+        a->duty.sleep_us = (uint32_t)num;
+    else return -1;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, bench_args *a) {
+    int i;
+    memset(a, 0, sizeof *a);
+    a->sysfs = "/sys";
+    a->runs = 50;
+    a->warmup = 5;
+    power_defaults(argc, argv, a);
+    for (i = 1; i < argc; ++i)
+        if (parse_flag(argc, argv, &i, a) != 0) return -1;
+    if (a->runs > ES_BENCH_MAX_RUNS) a->runs = ES_BENCH_MAX_RUNS; /* the JSON line says how many */
+    return 0;
+}
+
+/* ---- cpufreq governor: set on every CPU for the timed runs, then put back ---- */
+static char old_governor[ES_BENCH_MAX_CPUS][32];
+
+static void governor_restore(const char *root, int ncpus) {
+    int cpu;
+    for (cpu = 0; cpu < ncpus; ++cpu) (void)es_cpufreq_set_governor(root, cpu, old_governor[cpu]);
+}
+
+/* the number of CPUs set (cpu0, cpu1, ... up to the first without cpufreq); -1 with
+ * ``why`` filled when cpu0 has none or one refuses (no permission, unknown governor) */
+static int governor_apply(const char *root, const char *name, char *why, size_t n) {
+    int cpu;
+    for (cpu = 0; cpu < ES_BENCH_MAX_CPUS; ++cpu) {
+        const char *step = "read";
+        if (es_cpufreq_get_governor(root, cpu, old_governor[cpu], sizeof old_governor[cpu]) ==
+            ES_OK) {
+            step = "write";
+            if (es_cpufreq_set_governor(root, cpu, name) == ES_OK) continue;
+        } else if (cpu > 0) {
+            return cpu;
+        }
+        snprintf(why, n, "%s %s/devices/system/cpu/cpu%d/cpufreq/scaling_governor: %s", step,
+                 root, cpu, strerror(errno));
+        governor_restore(root, cpu);
+        return -1;
     }
+    return cpu;
+}
+
+/* ---- the timed runs ---- */
+static int timed_runs(es_model *m, const bench_args *a, const es_hooks *hooks,
+                      bench_stats *st) {
+    es_period period;
+    uint64_t start;
+    int i, rc;
+    if (a->period_us > 0 && es_period_start(&period, a->period_us) != ES_OK) {
+        fprintf(stderr, "error: --period-ms: no monotonic clock to pace the runs with\n");
+        return ES_ERR_UNAVAILABLE;
+    }
+    start = a->period_us > 0 ? period.start_ns : es_now_ns();
+    for (i = 0; i < a->runs; ++i) {
+        const uint64_t t0 = es_now_ns();
+        uint64_t t1;
+        st->tracing = a->trace && i == 0;
+        st->trace_t0 = t0;
+        rc = run_once(m, &a->duty, hooks);
+        t1 = es_now_ns();
+        lat_ms[i] = (double)(t1 - t0) / 1e6;
+        if (!hooks) st->busy_ns += t1 - t0; /* no hooks: the run is all work */
+        if (rc != ES_OK) return rc;
+        if (a->period_us > 0) (void)es_period_wait(&period);
+    }
+    st->tracing = 0;
+    st->wall_ns = es_now_ns() - start;
+    st->missed = a->period_us > 0 ? period.missed : 0;
+    return ES_OK;
+}
+
+/* --output: the output of the given input, before any timing (sliced, without sleeps) */
+static int write_output(es_model *m, const bench_args *a) {
+    es_duty no_sleep = a->duty;
+    FILE *f;
+    int i, rc;
+    no_sleep.sleep_us = 0;
+    rc = run_once(m, &no_sleep, NULL);
     if (rc != ES_OK) {
-        fprintf(stderr, "error: es_init: %s\n", es_strerror(rc));
-        return 1;
+        fprintf(stderr, "error: run: %s\n", es_strerror(rc));
+        return -1;
     }
-    if (output) { /* the output of the given input, before any timing */
-        FILE *f;
-        rc = run_once(&m, slice, 0, NULL);
-        if (rc != ES_OK) {
-            fprintf(stderr, "error: run: %s\n", es_strerror(rc));
-            return 1;
-        }
-        f = fopen(output, "wb");
-        if (!f) {
-            fprintf(stderr, "error: cannot write %s\n", output);
-            return 1;
-        }
-        for (i = 0; i < ES_NUM_OUTPUTS; ++i)
-            if (fwrite(es_output_ptr(&m, i), 1, es_output_bytes[i], f) != es_output_bytes[i]) rc = -1;
-        if (fclose(f) != 0 || rc != ES_OK) {
-            fprintf(stderr, "error: cannot write %s\n", output);
-            return 1;
-        }
+    f = fopen(a->output, "wb");
+    if (!f) {
+        fprintf(stderr, "error: cannot write %s\n", a->output);
+        return -1;
     }
-    for (i = 0; i < warmup; ++i) run_once(&m, slice, sleep_us, NULL);
-    energy_ok = es_rapl_read_uj(sysfs, 0, &e0, &erange) == ES_OK;
-    for (i = 0; i < runs; ++i) {
-        uint64_t t0 = es_now_ns();
-        rc = run_once(&m, slice, sleep_us, profile ? &prof_hooks : NULL);
-        lat_ms[i] = (double)(es_now_ns() - t0) / 1e6;
-        if (rc != ES_OK) {
-            fprintf(stderr, "error: run: %s\n", es_strerror(rc));
-            return 1;
-        }
+    for (i = 0; i < ES_NUM_OUTPUTS; ++i)
+        if (fwrite(es_output_ptr(m, i), 1, es_output_bytes[i], f) != es_output_bytes[i]) rc = -1;
+    if (fclose(f) != 0 || rc != ES_OK) {
+        fprintf(stderr, "error: cannot write %s\n", a->output);
+        return -1;
     }
-    if (energy_ok) energy_ok = es_rapl_read_uj(sysfs, 0, &e1, NULL) == ES_OK;
-    qsort(lat_ms, (size_t)runs, sizeof lat_ms[0], cmp_double);
-    printf("{\"latency_ms\": {\"p50\": %.6f, \"p90\": %.6f, \"p99\": %.6f, \"min\": %.6f}, "
-           "\"arena_bytes\": %u, \"weights_bytes\": %u, \"runs\": %d, \"warmup\": %d, "
-           "\"slice\": %d, \"peak_rss_kb\": %ld, \"energy_j_per_inference\": ",
-           pct(lat_ms, runs, 0.5), pct(lat_ms, runs, 0.9), pct(lat_ms, runs, 0.99), lat_ms[0],
-           (unsigned)ES_ARENA_BYTES, (unsigned)ES_WEIGHTS_BYTES, runs, warmup, slice,
-           peak_rss_kb());
-    if (energy_ok)
-        printf("%.9f", (double)es_energy_delta_uj(e0, e1, erange) / 1e6 / (double)runs);
-    else
+    return 0;
+}
+
+/* ---- the JSON line ---- */
+static void print_string_or_null(const char *key, const char *text) {
+    printf(", \"%s\": ", key);
+    if (!text) {
         printf("null");
-    if (profile) { /* mean per step; the hooks' own cost is included in latency_ms */
+        return;
+    }
+    putchar('"');
+    print_json_text(text);
+    putchar('"');
+}
+
+static void print_power(const bench_args *a, const bench_stats *st, int gov_cpus,
+                        const char *gov_why) {
+    const double wall_ms = (double)st->wall_ns / 1e6, busy_ms = (double)st->busy_ns / 1e6;
+    printf(", \"run_us\": %lu, \"sleep_us\": %lu, \"period_ms\": %.3f, \"wall_ms\": %.3f, "
+           "\"busy_ms\": %.3f, \"duty_cycle\": %.6f, \"missed_deadlines\": %lu",
+           (unsigned long)a->duty.run_us, (unsigned long)a->duty.sleep_us,
+           (double)a->period_us / 1e3, wall_ms, busy_ms, wall_ms > 0 ? busy_ms / wall_ms : 0.0,
+           (unsigned long)st->missed);
+    printf(", \"governor\": ");
+    if (!a->governor[0]) {
+        printf("null");
+        return;
+    }
+    printf("{\"name\": \"");
+    print_json_text(a->governor);
+    printf("\"");
+    if (gov_cpus >= 0) printf(", \"cpus\": %d", gov_cpus);
+    else print_string_or_null("unavailable", gov_why);
+    printf("}");
+}
+
+static void print_energy(const bench_args *a, const bench_stats *st, double energy_j,
+                         const char *source, const char *why) {
+    const double wall_s = (double)st->wall_ns / 1e9;
+    if (source) printf(", \"energy_j_per_inference\": %.9f, \"avg_power_w\": %.6f",
+                       energy_j / (double)a->runs, wall_s > 0 ? energy_j / wall_s : 0.0);
+    else printf(", \"energy_j_per_inference\": null, \"avg_power_w\": null");
+    print_string_or_null("energy_source", source);
+    print_string_or_null("energy_unavailable", source ? NULL : why);
+}
+
+static void print_steps(const bench_args *a) {
+    int i;
+    if (a->profile) { /* mean per step; the hooks' own cost is included in latency_ms */
         printf(", \"steps\": [");
         for (i = 0; i < ES_NUM_STEPS; ++i) {
             printf("%s{\"index\": %d, \"op\": \"", i ? ", " : "", i);
             print_json_text(step_op[i]);
             printf("\", \"name\": \"");
             print_json_text(step_name[i]);
-            printf("\", \"mean_us\": %.3f}", (double)step_ns[i] / 1e3 / (double)runs);
+            printf("\", \"mean_us\": %.3f}", (double)step_ns[i] / 1e3 / (double)a->runs);
         }
         printf("]");
     }
+    if (a->trace) { /* the first timed run; a gap between two steps is a sleep */
+        printf(", \"trace\": [");
+        for (i = 0; i < ES_NUM_STEPS; ++i)
+            printf("%s{\"step\": %d, \"start_us\": %.3f, \"end_us\": %.3f}", i ? ", " : "", i,
+                   (double)trace_start_ns[i] / 1e3, (double)trace_end_ns[i] / 1e3);
+        printf("]");
+    }
+}
+
+/* The harness's sequence, top to bottom: parse the flags, map the weights, init, write
+ * the output, warm up, set the governor, read energy, time the runs, read energy again,
+ * put the governor back, print one JSON line. Each step is a few lines or one helper. */
+int main(int argc, char **argv) {
+    bench_args a;
+    bench_stats st;
+    es_hooks hooks = {before_step, after_step, NULL};
+    es_energy_meter meter;
+    uint64_t e0 = 0, e1 = 0;
+    double mean_ms = 0.0;
+    char gov_why[512] = "", energy_why[512] = "";
+    int i, rc, gov_cpus = 0, energy_ok, use_hooks;
+    es_model m;
+    if (parse_args(argc, argv, &a) != 0) return usage(argv[0]);
+    if (load_inputs(a.input) != 0) {
+        fprintf(stderr, "error: cannot read %s (%u bytes per input expected)\n", a.input,
+                (unsigned)es_input_bytes[0]);
+        return 1;
+    }
+    {
+        size_t mis = (size_t)((uintptr_t)arena_raw % ES_ARENA_ALIGN);
+        unsigned char *arena = arena_raw + (mis ? ES_ARENA_ALIGN - mis : 0);
+        rc = es_init(&m, arena, ES_ARENA_BYTES, a.weights);
+    }
+    if (rc != ES_OK) {
+        fprintf(stderr, "error: es_init: %s\n", es_strerror(rc));
+        return 1;
+    }
+    if (a.output && write_output(&m, &a) != 0) return 1;
+    memset(&st, 0, sizeof st);
+    hooks.user = &st;
+    /* the hooks measure the time in the steps; only runs that sleep need it told apart
+     * from the wall time, so a plain run keeps its latency free of the hooks' cost */
+    use_hooks = a.profile || a.trace || a.period_us > 0 || a.duty.sleep_us > 0;
+    if (a.governor[0]) gov_cpus = governor_apply(a.sysfs, a.governor, gov_why, sizeof gov_why);
+    for (i = 0; i < a.warmup; ++i) run_once(&m, &a.duty, NULL);
+    memset(&meter, 0, sizeof meter);
+    energy_ok = es_energy_open(&meter, a.sysfs) == ES_OK &&
+                es_energy_read_uj(&meter, &e0) == ES_OK;
+    if (!energy_ok)
+        snprintf(energy_why, sizeof energy_why, "%s: %s; no class/hwmon/hwmon*/energy*_input",
+                 meter.path[0] ? meter.path : a.sysfs, strerror(errno));
+    rc = timed_runs(&m, &a, use_hooks ? &hooks : NULL, &st);
+    if (energy_ok && es_energy_read_uj(&meter, &e1) != ES_OK) {
+        energy_ok = 0;
+        snprintf(energy_why, sizeof energy_why, "%s: %s after the runs", meter.path,
+                 strerror(errno));
+    }
+    if (gov_cpus > 0) governor_restore(a.sysfs, gov_cpus);
+    if (rc != ES_OK) {
+        fprintf(stderr, "error: run: %s\n", es_strerror(rc));
+        return 1;
+    }
+    for (i = 0; i < a.runs; ++i) mean_ms += lat_ms[i] / (double)a.runs;
+    qsort(lat_ms, (size_t)a.runs, sizeof lat_ms[0], cmp_double);
+    printf("{\"latency_ms\": {\"p50\": %.6f, \"p90\": %.6f, \"p99\": %.6f, \"min\": %.6f, "
+           "\"mean\": %.6f}, "
+           "\"arena_bytes\": %u, \"weights_bytes\": %u, \"runs\": %d, \"warmup\": %d, "
+           "\"slice\": %d, \"peak_rss_kb\": %ld",
+           pct(lat_ms, a.runs, 0.5), pct(lat_ms, a.runs, 0.9), pct(lat_ms, a.runs, 0.99),
+           lat_ms[0], mean_ms, (unsigned)ES_ARENA_BYTES, (unsigned)ES_WEIGHTS_BYTES, a.runs, a.warmup,
+           a.duty.max_steps, peak_rss_kb());
+    print_energy(&a, &st, (double)es_energy_delta_uj(e0, e1, meter.max_range_uj) / 1e6,
+                 energy_ok ? meter.path : NULL, energy_why);
+    print_power(&a, &st, gov_cpus, gov_why);
+    print_steps(&a);
     printf("}\n");
     es_deinit(&m);
     return 0;

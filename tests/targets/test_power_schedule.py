@@ -1,0 +1,372 @@
+"""Issue 21, the C side: a profile's ``power:`` block drives the generated runtime.
+
+Two profiles that differ only in ``power:`` go through the real C target (codegen, the
+host compiler); the compiled harness and a small application driver
+(``c/scheduled.c``: es_run_scheduled + es_period) run, and the before/after-step hooks'
+timeline shows the slices and the sleeps between them. The frame loop (--period-ms) and
+the energy counters (a fake sysfs tree) are checked against wall time and known files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgesmith.errors import ProfileError
+from edgesmith.pipeline.registry import get
+from edgesmith.profiles import load as load_profile
+from edgesmith.profiles.schema import Power, TargetSpec
+from edgesmith.target import ConvertContext
+from edgesmith.targets import codegen, run
+from tests.conftest import require_tools
+from tests.targets._helpers import HARNESS, model_sources
+
+STEPS = 6  # the chain below lowers to one step per node
+SLEEP_US = 40_000  # far above scheduling noise on a shared 2-core machine
+
+
+@pytest.fixture(scope="module")
+def chain_onnx(tmp_path_factory) -> Path:
+    """Six element-wise nodes in a chain: six steps, microseconds each."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    ops = ["Add", "Relu", "Mul", "Sigmoid", "Add", "Tanh"]
+    nodes, inits, prev = [], [], "input"
+    for i, op in enumerate(ops):
+        out = "output" if i == len(ops) - 1 else f"t{i}"
+        ins = [prev]
+        if op in ("Add", "Mul"):
+            inits.append(numpy_helper.from_array(np.full((1, 16), 0.5, np.float32), f"c{i}"))
+            ins.append(f"c{i}")
+        nodes.append(helper.make_node(op, ins, [out], name=f"{op.lower()}_{i}"))
+        prev = out
+    graph = helper.make_graph(nodes, "chain",
+                              [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 16])],
+                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 16])],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    path = tmp_path_factory.mktemp("power") / "chain.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def _profile(tmp: Path, name: str, power: str) -> object:
+    """A real profile file through the real loader; only ``power:`` differs between calls."""
+    text = ("device: {name: board, arch: x86_64, cores: 2, ram_mb: 1024}\n"
+            "targets:\n  - {format: c, precision: fp32}\n" + power)
+    path = tmp / f"{name}.yaml"
+    path.write_text(text)
+    return load_profile(path)
+
+
+def _convert(tmp: Path, onnx_path: Path, profile) -> object:
+    """The registered C target's convert, as a build runs it, then a host build of it."""
+    from edgesmith.compress.calibration import CalibrationSet
+    from edgesmith.inputs import InputSpec
+
+    t = get("c")
+    (tmp / "work").mkdir(parents=True, exist_ok=True)
+    ctx = ConvertContext(
+        fp32_onnx=onnx_path, spec=InputSpec((16,)),
+        calib=CalibrationSet(np.zeros((2, 1, 16), np.float32)),
+        target=TargetSpec(format="c", precision="fp32"), options=t.Options.model_validate({}),
+        profile=profile, out_dir=tmp / "out", work_dir=tmp / "work", log_path=tmp / "log.txt")
+    artifact = t.convert(ctx)
+    run.build(artifact.path)
+    return artifact
+
+
+@pytest.fixture(scope="module")
+def sliced(tmp_path_factory, chain_onnx):
+    tmp = tmp_path_factory.mktemp("sliced")
+    return _convert(tmp, chain_onnx, _profile(
+        tmp, "sliced", f"power: {{max_steps: 2, sleep_us: {SLEEP_US}}}\n"))
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory, chain_onnx):
+    tmp = tmp_path_factory.mktemp("plain")
+    return _convert(tmp, chain_onnx, _profile(tmp, "plain", ""))
+
+
+@pytest.fixture(scope="module")
+def paced(tmp_path_factory, chain_onnx):
+    """One inference per 30 ms, each itself sliced step by step with 2 ms sleeps: ~12 ms of
+    every period is spent inside the inference."""
+    tmp = tmp_path_factory.mktemp("paced")
+    return _convert(tmp, chain_onnx, _profile(
+        tmp, "paced", "power: {max_steps: 1, sleep_us: 2000, period_ms: 30}\n"))
+
+
+def _bench(artifact, *args: str, cwd: Path | None = None) -> dict:
+    folder = Path(artifact.path)
+    return run.run_bench(folder / "edgesmith_bench",
+                         ["--weights", str(folder / "weights.bin"), *args], cwd=cwd or folder)
+
+
+def _driver(artifact, frames: int = 1) -> dict:
+    """c/scheduled.c built against the generated folder, run for ``frames`` frames."""
+    require_tools("cc")
+    folder = Path(artifact.path)
+    exe = folder / "scheduled"
+    subprocess.run(["cc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O1", "-I", str(folder),
+                    *model_sources(folder), str(HARNESS / "scheduled.c"), "-o", str(exe),
+                    "-lm"], check=True, capture_output=True, text=True)
+    p = subprocess.run([str(exe), str(frames), str(folder / "weights.bin")],
+                       capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(p.stdout)
+
+
+def _gaps_us(trace: list[tuple[float, float]]) -> list[float]:
+    """Idle time between one step's end and the next one's start."""
+    return [trace[i + 1][0] - trace[i][1] for i in range(len(trace) - 1)]
+
+
+def _slices(gaps: list[float], sleep_us: float) -> list[int]:
+    """Where the sleeps are: indices of the steps after which the runtime slept."""
+    return [i for i, g in enumerate(gaps) if g >= sleep_us]
+
+
+def test_model_h_and_the_artifact_state_the_power_block(sliced, plain):
+    h = (Path(sliced.path) / "model.h").read_text()
+    assert "#define ES_POWER_MAX_STEPS 2 " in h
+    assert f"#define ES_POWER_SLEEP_US {SLEEP_US}u " in h
+    assert "#define ES_POWER_PERIOD_US 0u " in h
+    assert sliced.meta["power"] == {"max_steps": 2, "run_us": 0, "sleep_us": SLEEP_US,
+                                    "period_us": 0, "governor": None}
+    assert plain.meta["power"] == {"max_steps": 0, "run_us": 0, "sleep_us": 0,
+                                   "period_us": 0, "governor": None}
+    assert "#define ES_POWER_MAX_STEPS 0 " in (Path(plain.path) / "model.h").read_text()
+
+
+def test_harness_runs_the_profiles_slices_and_sleeps_by_default(sliced, plain):
+    out = _bench(sliced, "--runs", "1", "--warmup", "0", "--trace")
+    assert (out["slice"], out["sleep_us"]) == (2, SLEEP_US)  # what it ran with
+    trace = [(s["start_us"], s["end_us"]) for s in out["trace"]]
+    assert len(trace) == STEPS
+    # slices of 2 steps: a sleep after steps 1 and 3, none inside a slice
+    assert _slices(_gaps_us(trace), SLEEP_US) == [1, 3]
+    assert out["latency_ms"]["p50"] >= 2 * SLEEP_US / 1e3
+    assert 0 < out["duty_cycle"] < 0.5  # the sleeps are idle time
+
+    flat = _bench(plain, "--runs", "1", "--warmup", "0", "--trace")
+    assert (flat["slice"], flat["sleep_us"]) == (0, 0)
+    assert _slices(_gaps_us([(s["start_us"], s["end_us"]) for s in flat["trace"]]),
+                   SLEEP_US) == []
+
+
+def test_harness_flags_override_the_profile_defaults(sliced):
+    out = _bench(sliced, "--runs", "1", "--warmup", "0", "--trace", "--slice", "3")
+    trace = [(s["start_us"], s["end_us"]) for s in out["trace"]]
+    assert out["slice"] == 3 and _slices(_gaps_us(trace), SLEEP_US) == [2]
+    off = _bench(sliced, "--runs", "1", "--warmup", "0", "--trace", "--no-power")
+    assert (off["slice"], off["sleep_us"], off["period_ms"]) == (0, 0, 0)
+    assert _slices(_gaps_us([(s["start_us"], s["end_us"]) for s in off["trace"]]),
+                   SLEEP_US) == []
+
+
+def test_es_run_scheduled_follows_model_h(sliced, plain):
+    out = _driver(sliced)
+    assert (out["steps"], out["max_steps"], out["sleep_us"]) == (STEPS, 2, SLEEP_US)
+    assert _slices(_gaps_us(out["trace"]), SLEEP_US) == [1, 3]
+    flat = _driver(plain)
+    assert flat["max_steps"] == 0 and _slices(_gaps_us(flat["trace"]), SLEEP_US) == []
+
+
+def test_period_mode_paces_runs_to_the_period_and_reports_the_duty_cycle(plain):
+    n, period_ms = 8, 25.0
+    t0 = time.monotonic()
+    out = _bench(plain, "--runs", str(n), "--warmup", "0", "--period-ms", "25")
+    elapsed_ms = (time.monotonic() - t0) * 1e3
+    assert out["period_ms"] == period_ms and out["runs"] == n
+    assert n * period_ms <= out["wall_ms"] < n * period_ms * 1.5
+    assert n * period_ms <= elapsed_ms < n * period_ms + 2000  # process start, a loaded box
+    assert out["missed_deadlines"] <= 1
+    assert 0 < out["duty_cycle"] < 0.2  # microseconds of work per 25 ms
+    assert out["duty_cycle"] == pytest.approx(out["busy_ms"] / out["wall_ms"], rel=1e-3,
+                                              abs=1e-6)
+
+
+def test_the_profiles_period_is_the_default_and_deadlines_do_not_drift(paced):
+    """Each inference sleeps ~10 ms between its slices inside a 30 ms period: deadlines
+    kept as start + k * period end the loop at n * 30 ms; sleeping 30 ms after each
+    inference instead would take n * 42 ms."""
+    n = 8
+    out = _bench(paced, "--runs", str(n), "--warmup", "0")
+    assert out["period_ms"] == 30.0 and out["slice"] == 1 and out["sleep_us"] == 2000
+    assert out["latency_ms"]["min"] >= 5 * 2.0  # five sleeps of 2 ms inside each inference
+    assert n * 30 <= out["wall_ms"] < n * 30 * 1.2
+    drv = _driver(paced, frames=n)  # the application's loop: es_run_scheduled + es_period
+    assert drv["period_us"] == 30_000 and n * 30 <= drv["wall_ms"] < n * 30 * 1.2
+
+
+def test_a_period_shorter_than_the_inference_counts_every_run_as_missed(plain):
+    out = _bench(plain, "--runs", "5", "--warmup", "0", "--period-ms", "1", "--slice", "1",
+                 "--sleep-us", "2000")
+    assert out["missed_deadlines"] == 5
+    # skipped to the next deadline ahead, never bunched: each run still takes >= 1 period
+    assert out["wall_ms"] >= 5 * 10
+
+
+# ---- energy: RAPL and hwmon under a fake sysfs root ---------------------------------------
+
+def _counter(path: Path, start: int, step: int, stop: threading.Event) -> list[int]:
+    """Advance an energy counter file every 2 ms (atomically, as sysfs reads are), like a
+    power meter does; returns the list of values written."""
+    written = [start]
+    path.write_text(f"{start}\n")
+
+    def tick() -> None:
+        while not stop.is_set():
+            time.sleep(0.002)
+            written.append(written[-1] + step)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(f"{written[-1]}\n")
+            os.replace(tmp, path)
+
+    threading.Thread(target=tick, daemon=True).start()
+    return written
+
+
+@pytest.mark.parametrize("kind", ["rapl", "hwmon"])
+def test_energy_per_inference_and_average_power_from_a_counter(plain, tmp_path, kind):
+    folder = (tmp_path / "sys/class/powercap/intel-rapl:0" if kind == "rapl"
+              else tmp_path / "sys/class/hwmon/hwmon1")
+    folder.mkdir(parents=True)
+    counter = folder / ("energy_uj" if kind == "rapl" else "energy2_input")
+    stop = threading.Event()
+    written = _counter(counter, 1_000_000, 500, stop)
+    try:
+        out = _bench(plain, "--runs", "10", "--warmup", "0", "--period-ms", "20",
+                     "--sysfs", str(tmp_path / "sys"))
+    finally:
+        stop.set()
+    assert out["energy_source"] == str(counter) and out["energy_unavailable"] is None
+    total_j = out["energy_j_per_inference"] * out["runs"]
+    assert 0 < total_j <= (written[-1] - written[0]) / 1e6 + 1e-9  # printed with 9 decimals
+    assert out["avg_power_w"] == pytest.approx(total_j / (out["wall_ms"] / 1e3), rel=1e-3)
+
+
+def test_energy_is_unavailable_with_the_reason_and_no_figure(plain, tmp_path):
+    (tmp_path / "sys").mkdir()
+    out = _bench(plain, "--runs", "2", "--warmup", "0", "--sysfs", str(tmp_path / "sys"))
+    assert out["energy_j_per_inference"] is None and out["avg_power_w"] is None
+    assert out["energy_source"] is None
+    assert out["energy_unavailable"].startswith(
+        f"{tmp_path}/sys/class/powercap/intel-rapl:0/energy_uj: No such file or directory")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a mode-000 file anyway")
+def test_energy_unreadable_without_permission_says_so(plain, tmp_path):
+    rapl = tmp_path / "sys/class/powercap/intel-rapl:0"
+    rapl.mkdir(parents=True)
+    (rapl / "energy_uj").write_text("5\n")
+    (rapl / "energy_uj").chmod(0)
+    out = _bench(plain, "--runs", "2", "--warmup", "0", "--sysfs", str(tmp_path / "sys"))
+    assert "Permission denied" in out["energy_unavailable"]
+    assert out["energy_j_per_inference"] is None
+
+
+# ---- governor ---------------------------------------------------------------------------
+
+def _cpufreq(root: Path, cpus: int) -> list[Path]:
+    files = []
+    for c in range(cpus):
+        d = root / f"devices/system/cpu/cpu{c}/cpufreq"
+        d.mkdir(parents=True)
+        (d / "scaling_governor").write_text("performance\n")
+        files.append(d / "scaling_governor")
+    return files
+
+
+def test_governor_is_set_for_the_run_and_restored(plain, tmp_path):
+    files = _cpufreq(tmp_path / "sys", 2)
+    # a governor write the harness makes is visible while it runs: sample it mid-run
+    stop = threading.Event()
+    seen: set[str] = set()
+
+    def watch() -> None:
+        while not stop.is_set():
+            seen.add(files[1].read_text().strip())
+            time.sleep(0.005)
+
+    th = threading.Thread(target=watch, daemon=True)
+    th.start()
+    try:
+        out = _bench(plain, "--runs", "10", "--warmup", "0", "--period-ms", "20",
+                     "--governor", "powersave", "--sysfs", str(tmp_path / "sys"))
+    finally:
+        stop.set()
+        th.join()
+    assert out["governor"] == {"name": "powersave", "cpus": 2}
+    assert "powersave" in seen
+    assert [f.read_text().strip() for f in files] == ["performance", "performance"]
+
+
+def test_governor_without_cpufreq_is_unavailable_with_the_reason(plain, tmp_path):
+    out = _bench(plain, "--runs", "1", "--warmup", "0", "--governor", "powersave",
+                 "--sysfs", str(tmp_path))
+    assert out["governor"]["name"] == "powersave" and "cpus" not in out["governor"]
+    assert "No such file or directory" in out["governor"]["unavailable"]
+
+
+# ---- profile values the C runtime cannot hold ---------------------------------------------
+
+@pytest.mark.parametrize("power, where", [
+    (Power(sleep_us=1000), "power.sleep_us"),  # nothing to sleep between
+    (Power(max_steps=1, sleep_us=2**32), "power.sleep_us"),
+    (Power(run_us=2**32), "power.run_us"),
+    (Power(max_steps=2**31), "power.max_steps"),
+    (Power(period_ms=0.0001), "power.period_ms"),
+    (Power(governor="power save"), "power.governor"),
+])
+def test_power_values_the_runtime_cannot_hold_are_profile_errors(power, where):
+    with pytest.raises(ProfileError) as e:
+        codegen.PowerDefaults.of(power)
+    assert e.value.where == where and e.value.fix and e.value.exit_code == 2
+
+
+def test_the_target_cache_key_changes_with_the_power_block(tmp_path, chain_onnx):
+    """A build whose profile changes only ``power:`` must regenerate model.h."""
+    from edgesmith.compress.calibration import CalibrationSet
+    from edgesmith.inputs import InputSpec
+    from edgesmith.pipeline import stages
+
+    t = get("c")
+
+    def key(power: str) -> str:
+        ctx = ConvertContext(
+            fp32_onnx=chain_onnx, spec=InputSpec((16,)),
+            calib=CalibrationSet(np.zeros((2, 1, 16), np.float32)),
+            target=TargetSpec(format="c", precision="fp32"),
+            options=t.Options.model_validate({}), profile=_profile(tmp_path, "p", power),
+            out_dir=tmp_path / "out", work_dir=tmp_path, log_path=tmp_path / "log.txt")
+        return stages._cache_key(t, ctx)
+
+    assert key("") == key("")
+    assert key("power: {max_steps: 2}\n") != key("")
+
+
+def test_host_latency_ignores_the_power_schedule(sliced):
+    """Validation's latency is the compute time: 4 sleeps of 40 ms are the device's."""
+    ms = get("c").host_latency_ms(sliced, np.zeros((1, 16), np.float32))
+    assert ms is not None and ms < SLEEP_US / 1e3
+    y = run.run(Path(sliced.path), np.zeros((1, 16), np.float32))
+    assert y.shape == (1, 16)
+
+
+def test_harness_refuses_a_period_it_cannot_use(plain):
+    folder = Path(plain.path)
+    for bad in ("-1", "abc", "0.0001", "4000000"):
+        p = subprocess.run([str(folder / "edgesmith_bench"), "--period-ms", bad],
+                           capture_output=True, text=True, cwd=folder, timeout=30)
+        assert p.returncode == 2 and f"error: --period-ms {bad}" in p.stderr
+        assert p.stdout == ""
