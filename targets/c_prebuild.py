@@ -61,6 +61,7 @@ def build(name: str, folder: Path, how: dict[str, Any], out: Path) -> list[str]:
             fix=f"install {words[0] if words else 'it'} (e.g. apt-get install "
                 "gcc-aarch64-linux-gnu for aarch64-linux-gnu-gcc), fix cross_cc in the "
                 "profile's c target options, or pass --no-prebuilt-c to build on the device")
+    _refuse_mcu(name, cc, cflags or "")
     shutil.copytree(folder, out)
     try:
         c_run.build(out, cc=cc, cflags=cflags, target="edgesmith_bench")
@@ -75,3 +76,17 @@ def build(name: str, folder: Path, how: dict[str, Any], out: Path) -> list[str]:
                           fix="install make here, or pass --no-prebuilt-c") from None
     weights = "weights.bin"
     return ["edgesmith_bench"] + ([weights] if (out / weights).is_file() else [])
+
+
+def _refuse_mcu(name: str, cc: str, cflags: str) -> None:
+    """A Cortex-M build has no OS to run edgesmith_bench on (nor SSH to reach it): say
+    so, and where its outputs can be checked instead, rather than fail at the link."""
+    from .isa import is_mcu, macros
+
+    if is_mcu(macros(cc, cflags)):
+        raise UsageError(
+            f"target {name}: {cc} {cflags} builds for a microcontroller, which runs no "
+            "edgesmith_bench over SSH", where="c target options (cross_cc / cross_cflags)",
+            fix="link the folder's model library into your firmware; to check its outputs "
+                "on an emulated Cortex-M7 run `python -m edgesmith.targets.mcu_qemu "
+                "BUILD/targets/c-int8 --input x.npy` (qemu-system-arm)")

@@ -125,10 +125,15 @@ class CTarget(Target):
             import shutil
             import tempfile
 
+            from . import mcu_size
+
             with tempfile.TemporaryDirectory(dir=ctx.work_dir) as tmp:
                 shutil.copytree(out, tmp, dirs_exist_ok=True)
                 run.build(Path(tmp), cc=opts.cross_cc, cflags=opts.cross_cflags, log=ctx.log,
                           target="lib" if opts.weights == "embedded" else "edgesmith_bench")
+                if mcu_size.targets_mcu(opts.cross_cc, opts.cross_cflags):  # flash, RAM
+                    meta.update(mcu_size.measure(Path(tmp), opts.cross_cc,
+                                                 opts.cross_cflags).figures())
             meta["cross_cc"] = opts.cross_cc
         _clean(out)
         return Artifact.of(out, self.format, precision, **meta)

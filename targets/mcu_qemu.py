@@ -1,0 +1,128 @@
+"""A generated C folder run on an emulated Cortex-M7: correctness on the MCU, not only sizes.
+
+The folder's model library, cross-compiled for the Cortex-M7 (the kernels take the DSP
+paths the device takes), is linked with the bare-metal harness in ``runtime/mcu/``
+(vector table, reset handler, linker script for QEMU's ``mps2-an500`` board, a semihosted
+main) and run in ``qemu-system-arm``; semihosting reads ``input.raw`` and writes
+``output.raw`` in the run's directory. Each input sample is one run of the image.
+
+    python -m edgesmith.targets.mcu_qemu build/m7/targets/c-int8 --input x.npy [--output y.npy]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from edgesmith.errors import ConversionError, DeviceError, EdgesmithError, UsageError
+
+from .mcu_size import library_sources
+
+HARNESS = Path(__file__).parent / "runtime" / "mcu"
+MACHINE = "mps2-an500"  # QEMU's Cortex-M7 board
+CC = "arm-none-eabi-gcc"
+CFLAGS = "-O2 -mcpu=cortex-m7 -mthumb -mfloat-abi=hard -mfpu=fpv5-d16"
+QEMU = "qemu-system-arm"
+INSTALL_FIX = "apt-get install qemu-system-arm gcc-arm-none-eabi libnewlib-arm-none-eabi " \
+              "(make system-deps installs them)"
+
+
+def build_image(folder: Path, out: Path, cc: str = CC, cflags: str = CFLAGS) -> Path:
+    """``out`` (an ELF): the folder's model library + the harness, linked for mps2-an500
+    with newlib's semihosting (rdimon) and no start files but the harness's own."""
+    if shutil.which(cc) is None:
+        raise UsageError(f"{cc} is not on this machine's PATH", where="mcu_qemu",
+                         fix=INSTALL_FIX)
+    folder = Path(folder)
+    srcs = [str(folder / s) for s in library_sources(folder)]
+    cmd = [cc, *cflags.split(), "-std=c99", "-Wall", "-Wextra", "-Werror", "-I", str(folder),
+           *srcs, str(HARNESS / "startup.c"), str(HARNESS / "qemu_main.c"),
+           "-T", str(HARNESS / "mps2_an500.ld"), "--specs=rdimon.specs", "-nostartfiles",
+           "-lm", "-o", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        raise ConversionError(f"linking the {MACHINE} image failed: {p.stderr.strip()[-1500:]}",
+                              where=str(folder),
+                              fix="a region overflow means the model does not fit the board's "
+                                  "4 MB flash / 4 MB RAM; otherwise report a bug")
+    return Path(out)
+
+
+def run_image(elf: Path, x: np.ndarray, out_elems: int, timeout: float = 120) -> np.ndarray:
+    """One run of ``elf`` in QEMU on ``x`` (float32, the model's input 0) -> output 0."""
+    if shutil.which(QEMU) is None:
+        raise UsageError(f"{QEMU} is not on this machine's PATH", where="mcu_qemu",
+                         fix=INSTALL_FIX)
+    with tempfile.TemporaryDirectory(prefix="es_qemu_") as tmp:
+        np.ascontiguousarray(x, dtype="<f4").tofile(Path(tmp) / "input.raw")
+        cmd = [QEMU, "-M", MACHINE, "-nographic", "-monitor", "none", "-serial", "none",
+               "-semihosting-config", "enable=on,target=native",
+               "-kernel", str(Path(elf).resolve())]
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp)
+        except subprocess.TimeoutExpired:
+            raise DeviceError(f"{QEMU} -M {MACHINE} ran past {timeout:.0f} s", where=str(elf),
+                              fix="a hang on the emulated MCU: rerun with a larger timeout, "
+                                  "or report a bug") from None
+        line = next((ln for ln in p.stdout.splitlines() if ln.startswith("{")), "")
+        result = json.loads(line) if line else {}
+        if p.returncode != 0 or not result.get("ok"):
+            why = result.get("error") or (p.stderr.strip()[-500:] or
+                                          ("a fault (exit 3)" if p.returncode == 3 else ""))
+            raise DeviceError(f"the {MACHINE} image failed (exit {p.returncode}): {why}",
+                              where=str(elf), fix="see the message; report a bug if the "
+                                                  "host build of the same folder runs")
+        y = np.fromfile(Path(tmp) / "output.raw", dtype="<f4")
+    if y.size != out_elems:
+        raise DeviceError(f"output.raw has {y.size} values, model.h says {out_elems}",
+                          where=str(elf), fix="report a bug")
+    return y
+
+
+def run(folder: Path, x: np.ndarray, *, work: Path | None = None) -> np.ndarray:
+    """The model in ``folder`` run on the emulated Cortex-M7, one image run per sample of
+    ``x`` (a batch of the model's input shape, batch 1 each) -> stacked outputs."""
+    from .run import io_shapes
+
+    (ishape,), (oshape, *_) = io_shapes(folder)
+    x = np.asarray(x, dtype=np.float32)
+    samples = [x] if x.shape == ishape else [x[i:i + 1] for i in range(len(x))]
+    if any(s.shape != ishape for s in samples):
+        raise UsageError(f"input shape {x.shape} does not fit the model's {ishape}",
+                         where="--input", fix="pass samples of the model's input shape")
+    with tempfile.TemporaryDirectory(prefix="es_mcu_img_", dir=work) as tmp:
+        elf = build_image(Path(folder), Path(tmp) / "model.elf")
+        outs = [run_image(elf, s, int(np.prod(oshape))).reshape(oshape) for s in samples]
+    return np.concatenate(outs, axis=0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m edgesmith.targets.mcu_qemu",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("folder", type=Path, help="a generated C folder (targets/c-int8)")
+    ap.add_argument("--input", type=Path, required=True, help=".npy of input samples")
+    ap.add_argument("--output", type=Path, help=".npy to write the outputs to")
+    a = ap.parse_args(argv)
+    try:
+        y = run(a.folder, np.load(a.input))
+    except EdgesmithError as e:
+        print(f"error: {e.message()}", file=sys.stderr)
+        return e.exit_code
+    except (OSError, ValueError) as e:
+        print(f"error: cannot read {a.input}: {e}", file=sys.stderr)
+        return 2
+    if a.output:
+        np.save(a.output, y)
+    print(json.dumps({"samples": len(y), "machine": MACHINE, "output_shape": list(y.shape)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

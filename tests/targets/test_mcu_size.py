@@ -1,0 +1,76 @@
+"""On a Cortex-M the budgets check flash (.text + .rodata + .data of the cross-compiled
+objects) and RAM (arena + .bss + .data + stack), not the size of the generated C text."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from tests.targets.test_mcu_kernels import M7_CC, M7_FLAGS, geometry_qdq  # noqa: F401
+
+pytestmark = pytest.mark.skipif(shutil.which(M7_CC) is None,
+                                reason="arm-none-eabi-gcc missing (make system-deps)")
+
+
+def _m7_folder(qdq, out):
+    from edgesmith.targets import codegen, run
+
+    codegen.from_onnx(qdq, out, precision="int8", embedded=True, deploy_cc=M7_CC,
+                      deploy_cflags=M7_FLAGS)
+    run.build(out, cc=M7_CC, cflags=M7_FLAGS, target="lib")  # the C target's cross build
+    return out
+
+
+def test_flash_and_ram_come_from_the_cross_compiled_objects(geometry_qdq, tmp_path):  # noqa: F811
+    from edgesmith.targets import mcu_size
+
+    folder = _m7_folder(geometry_qdq[0], tmp_path / "m7")
+    header = (folder / "model.h").read_text()
+    s = mcu_size.measure(folder, M7_CC, M7_FLAGS)
+    weights = mcu_size._define(header, "ES_WEIGHTS_BYTES")
+    # the weights are the const blob in .rodata, byte for byte (int8, not C text)
+    blob = subprocess.run(["arm-none-eabi-size", "-A", str(folder / "weights_data.o")],
+                          capture_output=True, text=True, check=True).stdout
+    assert f".rodata {weights}" in " ".join(blob.split())
+    assert s.rodata > weights and 0 < s.text < 64 * 1024
+    assert s.arena == mcu_size._define(header, "ES_ARENA_BYTES") and 0 < s.stack < 8192
+    assert s.flash == s.text + s.rodata + s.data
+    assert s.ram == s.arena + s.bss + s.data + s.stack
+    source_text = sum(p.stat().st_size for p in folder.rglob("*.[ch]"))
+    assert s.flash < source_text / 2  # the decimal weights array is several times larger
+    # what inspect estimates before any object exists: the same figures
+    for o in folder.rglob("*.o"):
+        o.unlink()
+    est = mcu_size.measure(folder, M7_CC, M7_FLAGS)
+    assert abs(est.flash - s.flash) <= 64 and est.ram == s.ram
+
+
+def test_model_kb_budget_checks_flash_and_ram_mb_the_mcu_ram(tmp_path):
+    from edgesmith.artifact import Artifact
+    from edgesmith.pipeline.stages import check_budgets
+    from edgesmith.profiles.schema import Budgets
+
+    folder = tmp_path / "c-int8"
+    folder.mkdir()
+    (folder / "weights_data.c").write_text("x" * 300 * 1024)  # 300 KB of C text
+    spec = type("Spec", (), {"name": "c-int8"})()
+
+    def result(**meta):
+        from edgesmith.pipeline.stages import TargetResult
+
+        return TargetResult(spec, Artifact.of(folder, "c", "int8", arena_bytes=1024, **meta),
+                            None, "ok")
+
+    ok = result(flash_bytes=100 * 1024, ram_bytes=20 * 1024)
+    over = result(flash_bytes=250 * 1024, ram_bytes=2 * 2**20)
+    misses = check_budgets([ok, over], Budgets(model_kb=200), ram_mb=1)
+    assert ok.status == "ok"
+    assert over.status == "budget" and len(misses) == 1
+    assert "flash 250.0 KB > budget 200.0 KB" in misses[0]
+    assert "arena + .bss + .data + stack" in misses[0]
+    # a CPU target (no flash figure) is still checked on its files
+    cpu = result()
+    check_budgets([cpu], Budgets(model_kb=200))
+    assert cpu.status == "budget" and "size" in cpu.message
