@@ -76,18 +76,22 @@ class PowerDefaults:
         limits = {"max_steps": 2**31 - 1, "run_us": _U32, "sleep_us": _U32}
         for key, hi in limits.items():
             if getattr(self, key) > hi:
-                raise ProfileError(f"{getattr(self, key)} does not fit the C runtime",
-                                   where=f"power.{key}", fix=f"use at most {hi}")
+                raise ProfileError(f"power.{key}: {getattr(self, key)} does not fit the C "
+                                   f"runtime (at most {hi})", where=f"power.{key}",
+                                   fix=f"use at most {hi}")
         if power.period_ms is not None and self.period_us < 1:
-            raise ProfileError(f"{power.period_ms} ms is under one microsecond",
+            raise ProfileError(f"power.period_ms: {power.period_ms} ms is under one "
+                               "microsecond",
                                where="power.period_ms", fix="use at least 0.001 (1 us)")
         if self.sleep_us and not (self.max_steps or self.run_us):
-            raise ProfileError("sleep_us is set, but neither max_steps nor run_us cuts the "
-                               "inference into slices to sleep between", where="power.sleep_us",
+            raise ProfileError("power.sleep_us is set, but neither max_steps nor run_us cuts "
+                               "the inference into slices to sleep between",
+                               where="power.sleep_us",
                                fix="add max_steps (steps per slice) or run_us (time per "
                                    "slice), or remove sleep_us")
         if self.governor and not _GOVERNOR.fullmatch(self.governor):
-            raise ProfileError(f"{self.governor!r} is not a cpufreq governor name",
+            raise ProfileError(f"power.governor: {self.governor!r} is not a cpufreq governor "
+                               "name",
                                where="power.governor",
                                fix="use a name from scaling_available_governors, e.g. "
                                    "powersave, performance, schedutil")
