@@ -28,7 +28,7 @@ from .planner import Plan, render_plan
 
 RUNTIME = Path(__file__).parent / "runtime"
 CORE_SOURCES = ["edgesmith_rt.h", "es_simd.h", "es_runtime.c", "es_model.c", "es_power.h",
-                "es_power.c", "bench_main.c"]
+                "es_power.c", "bench_main.c", "es_detect.h", "es_detect.c"]
 
 
 @dataclass
@@ -284,7 +284,28 @@ def _model_h(g: Graph, plan: Plan, wl: wts.WeightsLayout, embedded: bool, name: 
             lines.append(f"#define ES_{kind}{i}_ELEMS {t.size}u")
             lines.append(f"#define ES_{kind}{i}_BYTES {t.nbytes}u")
             lines.append(f"/* {kind.lower()} {i}: {t.ctype} {list(t.shape)} */")
-    return "\n".join(lines + _power_h(power) + _API_H)
+    return "\n".join(lines + _power_h(power) + _detect_h(g) + _API_H)
+
+
+def _detect_h(g: Graph, max_boxes: int = 100) -> list[str]:
+    """es_detect.c's sizes, when every output is a float (1, 5 + K, H, W) map at a whole
+    stride of a (1, C, H, W) input (an anchor-free detection head, see es_detect.h)."""
+    shapes = [g.tensors[n].shape for n in g.outputs]
+    ins = g.tensors[g.inputs[0]].shape if len(g.inputs) == 1 else ()
+    if (len(ins) != 4 or not shapes or any(len(s) != 4 or s[0] != 1 or s[1] != shapes[0][1]
+                                           or ins[2] % s[2] or ins[3] % s[3]
+                                           or ins[2] // s[2] != ins[3] // s[3] for s in shapes)
+            or shapes[0][1] < 6 or any(g.tensors[n].dtype != "f32" for n in g.outputs)):
+        return []
+    lists = {key: "{" + ", ".join(str(v) for v in vals) + "}" for key, vals in (
+        ("STRIDES", [ins[2] // s[2] for s in shapes]), ("HEIGHTS", [s[2] for s in shapes]),
+        ("WIDTHS", [s[3] for s in shapes]))}
+    return ["", "/* detection head (es_detect.h): one (4 + 1 + K) x H x W map per stride */",
+            f"#define ES_DETECT_LEVELS {len(shapes)}",
+            f"#define ES_DETECT_CLASSES {shapes[0][1] - 5}",
+            *(f"#define ES_DETECT_{k} {v}" for k, v in lists.items()),
+            f"#define ES_DETECT_MAX_CANDIDATES {sum(s[2] * s[3] for s in shapes)}",
+            "#ifndef ES_DETECT_MAX_BOXES", f"#define ES_DETECT_MAX_BOXES {max_boxes}", "#endif"]
 
 
 _API_H = [
@@ -466,7 +487,7 @@ def generate(g: Graph, plan: Plan, out_dir: Path, *, embedded: bool = False, cc:
         shutil.copyfile(RUNTIME / f, out_dir / f)
     for f in kernels:
         shutil.copyfile(RUNTIME / "kernels" / f, out_dir / "kernels" / f)
-    sources = ["model.c", "es_model.c", "es_runtime.c", "es_power.c",
+    sources = ["model.c", "es_model.c", "es_runtime.c", "es_power.c", "es_detect.c",
                *(f"kernels/{k}" for k in kernels)]
     file_bytes = 0
     if embedded:

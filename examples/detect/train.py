@@ -19,6 +19,7 @@ class, l/t/r/b distances); losses: BCE for objectness and classes, GIoU + L1 for
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import io
 import json
 import math
@@ -32,14 +33,26 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import data as scenes  # noqa: E402
-import model as detector  # noqa: E402
+from edgesmith.artifact import write_bytes_atomic
+from edgesmith.pipeline import detection
+from edgesmith.pipeline.data import split_indices
 
-from edgesmith.artifact import write_bytes_atomic  # noqa: E402
-from edgesmith.pipeline import detection  # noqa: E402
-from edgesmith.pipeline.data import split_indices  # noqa: E402
+HERE = Path(__file__).resolve().parent
+
+
+def _sibling(name: str) -> Any:
+    """examples/detect/NAME.py under a name of its own: a bare ``import data`` would pick
+    up whichever ``data`` module the process imported first."""
+    key = f"edgesmith_detect_{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, HERE / f"{name}.py")
+        sys.modules[key] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[key])
+    return sys.modules[key]
+
+
+scenes = _sibling("data")
+detector = _sibling("model")
 
 LEVEL_SPLIT_PX = 32  # boxes whose longer side is <= this go to stride 8
 CENTRE_RADIUS = 1.5  # in strides
