@@ -13,9 +13,9 @@ TORCH := torch==2.13.0
 # compilers + qemu for the C runtime's aarch64/Cortex-M builds, valgrind.
 APT_PACKAGES := gcc make openssh-server openssh-client gcc-aarch64-linux-gnu \
 	libc6-dev-arm64-cross qemu-user gcc-arm-none-eabi libnewlib-arm-none-eabi \
-	binutils-arm-none-eabi valgrind
+	binutils-arm-none-eabi qemu-system-arm valgrind
 APT_BINARIES := gcc make sshd ssh-keygen aarch64-linux-gnu-gcc qemu-aarch64 \
-	arm-none-eabi-gcc arm-none-eabi-size valgrind
+	arm-none-eabi-gcc arm-none-eabi-size qemu-system-arm valgrind
 
 .PHONY: setup system-deps demo test test-all lint bench zoo clean
 

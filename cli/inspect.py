@@ -60,3 +60,22 @@ def inspect(
                        f"{c['unsupported']} unsupported" for t, c in report["counts"].items())
     out_console.print(f"{len(report['rows'])} nodes at opset {report['opset']}. {counts}"
                       + ("" if all_nodes else "  (--all lists every node)"))
+    for e in report.get("mcu", []):
+        out_console.print(_mcu_line(e))
+
+
+def _mcu_line(e: dict) -> str:
+    """One target's flash / RAM estimate, against its budgets where the profile sets them."""
+    sec = e["mcu_sections"]
+
+    def vs(kb: float, budget: float | None) -> str:
+        return f" (budget {budget:g} KB{', over' if budget is not None and kb > budget else ''})" \
+            if budget is not None else ""
+
+    flash_kb, arena_kb = e["flash_bytes"] / 1024, sec["arena"] / 1024
+    return (f"{e['target']} estimate ({e['cc']}): flash {flash_kb:.1f} KB"
+            f"{vs(flash_kb, e['model_kb'])} = code {sec['text'] / 1024:.1f} + const "
+            f"{sec['rodata'] / 1024:.1f} + data {sec['data'] / 1024:.1f}; RAM "
+            f"{e['ram_bytes'] / 1024:.1f} KB = arena {arena_kb:.1f}{vs(arena_kb, e['arena_kb'])}"
+            f" + bss {sec['bss'] / 1024:.1f} + data {sec['data'] / 1024:.1f} + stack "
+            f"{sec['stack'] / 1024:.1f}")

@@ -45,8 +45,39 @@ def inspect(model_ref: str, profile_ref: str, *, data: str | None = None,
         opt = optimize.optimize(raw, Path(work) / "model.onnx", samples)
         report = compat.check(opt.path, compat_targets(resolved))
         used = export.exported_opset(raw)
+        mcu = [mcu_estimate(spec, o, opt.path, samples, Path(work), profile.budgets)
+               for spec, o in resolved if _mcu_c_int8(spec, o)]
     return {"model": model_ref, "profile": profile.name, "opset": used,
-            "optimize": opt.summary(), **report.to_json()}
+            "optimize": opt.summary(), **report.to_json(), **({"mcu": mcu} if mcu else {})}
+
+
+def _mcu_c_int8(spec: Any, options: Any) -> bool:
+    """An int8 C target the profile cross-compiles for a Cortex-M (weights in flash)."""
+    from edgesmith.targets.mcu_size import targets_mcu
+
+    return spec.format.value == "c" and spec.precision.value == "int8" and targets_mcu(
+        getattr(options, "cross_cc", None), getattr(options, "cross_cflags", ""))
+
+
+def mcu_estimate(spec: Any, options: Any, onnx_path: Path, samples: np.ndarray, work: Path,
+                 budgets: Any) -> dict[str, Any]:
+    """Flash and RAM of ``spec`` before any build: the model quantized on ``samples``
+    (sizes do not depend on the scales), lowered and generated for the profile's cross
+    compiler, its library (all but the weights array, counted from the plan) compiled and
+    measured as the build's size check does (targets/mcu_size.py)."""
+    from edgesmith.convert.onnx_qdq import quantize_qdq
+    from edgesmith.inputs import CalibrationSet
+    from edgesmith.targets import codegen, mcu_size
+
+    qdq = quantize_qdq(onnx_path, CalibrationSet(np.ascontiguousarray(samples)),
+                       work / "mcu_qdq.onnx")
+    folder = work / f"mcu-{spec.name}"
+    codegen.from_onnx(qdq, folder, precision="int8", embedded=True,
+                      deploy_cc=options.cross_cc, deploy_cflags=options.cross_cflags,
+                      requant=options.requant)
+    s = mcu_size.measure(folder, options.cross_cc, options.cross_cflags)
+    return {"target": spec.name, "cc": f"{options.cross_cc} {options.cross_cflags}",
+            **s.figures(), "model_kb": budgets.model_kb, "arena_kb": budgets.arena_kb}
 
 
 def _input(loaded: model_mod.LoadedModel, data: str | None) -> tuple[tuple[int, ...], np.ndarray]:

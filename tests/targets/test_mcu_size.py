@@ -74,3 +74,20 @@ def test_model_kb_budget_checks_flash_and_ram_mb_the_mcu_ram(tmp_path):
     cpu = result()
     check_budgets([cpu], Budgets(model_kb=200))
     assert cpu.status == "budget" and "size" in cpu.message
+
+
+def test_inspect_estimates_flash_and_ram_for_cortex_m7_before_any_build():
+    """``edgesmith inspect --profile cortex-m7``: flash holds the int8 weights (one byte per
+    conv/linear weight, not two), RAM the planned arena; budgets shown beside them."""
+    from edgesmith.pipeline.inspect import inspect
+    from tests.targets._helpers import _load
+
+    report = inspect("examples/digits/model.py:build", "cortex-m7")
+    (est,) = report["mcu"]
+    params = sum(p.numel() for p in _load("digits", "model").build().parameters()
+                 if p.dim() > 1)
+    sec = est["mcu_sections"]
+    assert est["target"] == "c-int8" and est["model_kb"] == 1024 and est["arena_kb"] == 256
+    assert params <= sec["rodata"] < 1.3 * params + 16 * 1024  # int8, not int16 pairs
+    assert est["flash_bytes"] == sec["text"] + sec["rodata"] + sec["data"]
+    assert est["ram_bytes"] >= sec["arena"] > 0
