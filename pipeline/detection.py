@@ -35,13 +35,29 @@ MAX_BOXES = 100  # boxes kept per image after NMS (COCO's maxDets)
 Detections = tuple[np.ndarray, np.ndarray, np.ndarray]  # boxes (M, 4), scores (M,), classes
 
 
-def as_levels(outputs: Any) -> list[np.ndarray]:
+def unpack(packed: np.ndarray, strides: Sequence[int]) -> list[np.ndarray]:
+    """YOLO's packed layout, (N, 5 + K, A) with every level's square grid flattened and
+    concatenated finest first, back into one (N, 5 + K, G, G) map per stride: the
+    finest grid's side G solves A = sum over strides of (G * s0 / s)^2."""
+    share = sum((strides[0] / s) ** 2 for s in strides)
+    side = int(round((packed.shape[2] / share) ** 0.5))
+    sides = [int(round(side * strides[0] / s)) for s in strides]
+    if sum(g * g for g in sides) != packed.shape[2]:
+        raise ValueError(f"a packed output of {packed.shape[2]} cells is no set of square "
+                         f"grids at strides {list(strides)}")
+    cuts = np.cumsum([0] + [g * g for g in sides])
+    return [packed[:, :, a:b].reshape(len(packed), -1, g, g)
+            for a, b, g in zip(cuts[:-1], cuts[1:], sides, strict=True)]
+
+
+def as_levels(outputs: Any, strides: Sequence[int] = DEFAULT_STRIDES) -> list[np.ndarray]:
     """The model's outputs as a list of (N, 5 + K, H, W) float32 maps, one per stride:
-    accepts a list/tuple, a name -> array mapping (in order), or one 4-D array."""
+    accepts a list/tuple, a name -> array mapping (in order), one 4-D array, or one
+    packed (N, 5 + K, cells) array (``unpack``)."""
     if isinstance(outputs, Mapping):
         outputs = list(outputs.values())
     if isinstance(outputs, np.ndarray):
-        outputs = [outputs]
+        outputs = unpack(outputs, strides) if outputs.ndim == 3 else [outputs]
     levels = [np.asarray(o, dtype=np.float32) for o in outputs]
     for i, lv in enumerate(levels):
         if lv.ndim != 4 or lv.shape[1] < 6:
@@ -114,7 +130,7 @@ def decode(outputs: Any, strides: Sequence[int] = DEFAULT_STRIDES,
            max_boxes: int = MAX_BOXES) -> list[Detections]:
     """Per image: (boxes (M, 4) x0 y0 x1 y1 in input pixels, scores (M,), classes (M,)),
     after NMS, best first."""
-    levels = as_levels(outputs)
+    levels = as_levels(outputs, strides)
     if len(levels) != len(strides):
         raise ValueError(f"{len(levels)} detection outputs but {len(strides)} strides "
                          f"{list(strides)}; pass one stride per output")

@@ -98,7 +98,7 @@ def build() -> nn.Module:
     if not path.is_file():
         raise FileNotFoundError(
             f"no trained detector at {path}; train it first: "
-            "python examples/detect/train.py (about 5 CPU minutes), or use "
+            "python examples/detect/train.py (about 2 minutes on one idle core), or use "
             "examples/detect/model.py:arch for the untrained network")
     model = arch()
     model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))

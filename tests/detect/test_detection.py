@@ -72,6 +72,17 @@ def test_wrong_classes_and_shifted_boxes_lower_the_map(scenes_dir):
     assert detection.map50_95(shifted, labels) < detection.map50(maps, labels)
 
 
+def test_packed_outputs_decode_as_the_separate_maps(scenes_dir):
+    _, labels = detection.load_coco(scenes_dir)
+    maps = _maps_from_labels(labels[:6])
+    packed = np.concatenate([m.reshape(6, 9, -1) for m in maps], axis=2)  # (6, 9, 320)
+    for (a, sa, ca), (b, sb, cb) in zip(detection.decode(packed), detection.decode(maps),
+                                        strict=True):
+        assert np.array_equal(a, b) and np.array_equal(sa, sb) and np.array_equal(ca, cb)
+    with pytest.raises(ValueError, match="no set of square grids"):
+        detection.decode(packed[:, :, :300])
+
+
 def test_nms_keeps_the_best_of_overlapping_boxes_of_one_class_only():
     boxes = np.array([[0, 0, 10, 10], [1, 1, 11, 11], [1, 1, 11, 11], [50, 50, 60, 60]],
                      np.float32)
