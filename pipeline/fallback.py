@@ -1,7 +1,8 @@
 """Accuracy-aware INT8 fallback: keep the layers that break the budget in float.
 
-When an INT8 target misses ``budgets.accuracy_drop`` (or its outputs are so far off that
-validation rejects it), a few layers are usually to blame: one whose input carries a
+When an INT8 target misses ``budgets.accuracy_drop`` (whether or not validation also
+rejects its outputs; a parity rejection within the budget is left alone, it is not an
+accuracy loss this can buy back), a few layers are usually to blame: one whose input carries a
 handful of huge channels, so one per-tensor scale rounds every other channel away. This
 module finds them and keeps them in float, one more at a time, until the budget holds:
 
@@ -24,11 +25,12 @@ from __future__ import annotations
 
 import math
 import shutil
+import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from edgesmith import capture
+from edgesmith import capture, outdir
 from edgesmith.artifact import Artifact
 from edgesmith.convert.onnx_qdq import quantize_qdq
 from edgesmith.convert.optimize import ort_session, run_ort
@@ -68,13 +70,13 @@ class Fallback:
         """Why ``r`` needs the fallback (the miss), or None when it does not."""
         v = r.validation
         if not self.enabled or self.budget_pt is None or r.spec.precision.value != "int8" \
-                or v is None or not v.ran or v.accuracy_drop is None:
-            return None
+                or v is None or not v.ran or v.accuracy_drop is None \
+                or r.status not in ("ok", "rejected") or v.accuracy_drop <= self.budget_pt:
+            return None  # a parity rejection within the accuracy budget is not its job
+        why = f"accuracy drop {v.accuracy_drop:.2f} pt > budget {self.budget_pt:g} pt"
         if r.status == "rejected":
-            return f"output parity off ({v.parity_problem('int8')})"
-        if r.status == "ok" and v.accuracy_drop > self.budget_pt:
-            return f"accuracy drop {v.accuracy_drop:.2f} pt > budget {self.budget_pt:g} pt"
-        return None
+            why += f" and output parity off ({v.parity_problem('int8')})"
+        return why
 
     def apply(self, r: stages.TargetResult, options: Any,
               ctx_args: dict[str, Any]) -> stages.TargetResult:
@@ -91,10 +93,21 @@ class Fallback:
         with self.events.stage(f"fallback {name}", f"{why}: keep layers in float") as st, \
                 capture.to_log(self.root / "logs" / f"{name}.log",
                                published=(self.root, self.published or self.root)):
-            out = self._search(r, options, ctx_args, how)
+            try:
+                out = self._search(r, options, ctx_args, how)
+            except Exception as e:  # the plain result stands: a fallback fault is no reason
+                outdir.raise_if_disk_fault(e, self.root)  # to lose the target's figures
+                out = self._crashed(r, e)
             if out.status != "ok":
                 st.fail()
         return out
+
+    def _crashed(self, r: stages.TargetResult, e: Exception) -> stages.TargetResult:
+        with (self.root / "logs" / f"{r.spec.name}.log").open("a", encoding="utf-8") as f:
+            f.write(f"--- fallback failed:\n{traceback.format_exc()}")
+        first = str(e).splitlines()[0][:200] if str(e) else ""
+        return _annotated(r, None, f"fallback failed: {type(e).__name__}: {first} (full "
+                                   f"log: logs/{r.spec.name}.log)")
 
     # -- shared across targets ----------------------------------------------------------
     def ranking(self) -> list[LayerScore]:
@@ -265,7 +278,7 @@ def _drop_text(r: stages.TargetResult) -> str:
     return f"drop {v.accuracy_drop:.2f} pt, cosine {v.cosine:.4f}"
 
 
-def _annotated(r: stages.TargetResult, record: dict[str, Any],
+def _annotated(r: stages.TargetResult, record: dict[str, Any] | None,
                note: str) -> stages.TargetResult:
     return replace(r, message=f"{r.message}; {note}" if r.message else f"{r.spec.name}: {note}",
                    fallback=record)
