@@ -128,7 +128,10 @@ class CTarget(Target):
             from . import mcu_size
 
             with tempfile.TemporaryDirectory(dir=ctx.work_dir) as tmp:
-                shutil.copytree(out, tmp, dirs_exist_ok=True)
+                # sources only: make would keep the host build's objects (it does not
+                # track CC), and the cross build would prove and measure nothing
+                shutil.copytree(out, tmp, dirs_exist_ok=True, ignore=shutil.ignore_patterns(
+                    "*.o", "*.a", "edgesmith_bench"))
                 run.build(Path(tmp), cc=opts.cross_cc, cflags=opts.cross_cflags, log=ctx.log,
                           target="lib" if opts.weights == "embedded" else "edgesmith_bench")
                 if mcu_size.targets_mcu(opts.cross_cc, opts.cross_cflags):  # flash, RAM

@@ -110,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--input", type=Path, required=True, help=".npy of input samples")
     ap.add_argument("--output", type=Path, help=".npy to write the outputs to")
     a = ap.parse_args(argv)
+    if not (a.folder / "model.h").is_file():
+        print(f"error: {a.folder}: no model.h, not a generated C folder\n  fix: pass "
+              "BUILD/targets/c-int8 of an `edgesmith build`", file=sys.stderr)
+        return 2
     try:
         y = run(a.folder, np.load(a.input))
     except EdgesmithError as e:
