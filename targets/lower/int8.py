@@ -31,8 +31,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..graph import Call, Ref, params
-from .common import pool_geometry, prod
-from .packing import bias_i32
+from ..isa import VNNI
+from . import kernels as K
+from .common import conv_params, pool_geometry, prod
+from .packing import bias_values, blocked_weights, dot_operands
 from .qdq import act_range, const_weight, deq_input, finish, out_tensor, q_after, qparams
 from .registry import LOWER_INT8
 from .requant import quantize_multiplier, requant_pair, requant_tables, rq_mode
@@ -70,15 +72,47 @@ def fc_i8(L: Lowerer, node) -> bool:
     oshape = (*x.shape[:-1], nn)
     qmin, qmax = act_range(L, act, s_y, zp_y)
     y = out_tensor(L, qnode, oshape)
-    wt = L.const_tensor(node.name + "_w", np.ascontiguousarray(wn), "i8")
-    bt = bias_i32(L, node, 2, tx.scale, s_w, nn) if node.op_type == "Gemm" else \
-        L.const_tensor(node.name + "_bias", np.zeros(nn, np.int32), "i32")
+    bias = bias_values(L, node, 2, tx.scale, s_w, nn) if node.op_type == "Gemm" else \
+        np.zeros(nn, np.int32)
     mult, shift = requant_tables(L, node, tx.scale, s_w, s_y, nn)
-    L.add_step(node, [x.tensor], [y], [Call("es_fc_i8", [
+    if _fc_as_dot(L, node, x, wn, bias, (mult, shift), y, (zp_y, qmin, qmax)):
+        finish(L, qnode, act, y, oshape)
+        return True
+    wt = L.const_tensor(node.name + "_w", np.ascontiguousarray(wn), "i8")
+    bt = L.const_tensor(node.name + "_bias", bias, "i32")
+    fn = "es_fc_i8_ref" if L.kernels == "reference" else "es_fc_i8"
+    L.add_step(node, [x.tensor], [y], [Call(fn, [
         Ref(x.tensor), Ref(wt), Ref(bt), Ref(mult), Ref(shift), Ref(y), params(
             "es_fc_params", M=mrows, N=nn, K=kk, x_zp=tx.zero_point, y_zp=zp_y, qmin=qmin,
             qmax=qmax, rq=rq_mode(L))])])
     finish(L, qnode, act, y, oshape)
+    return True
+
+
+def _fc_as_dot(L: Lowerer, node, x, wn: np.ndarray, bias: np.ndarray, rq: tuple[str, str],
+               y: str, out: tuple[int, int, int]) -> bool:
+    """With AVX-512 VNNI, each row of a dense layer as a 1x1 conv on a 1x1 plane in
+    es_conv2d_i8_cl, the u8 x s8 dot-product kernel with output channels in the lanes: a
+    GEMV of one vpdpbusd per 16 outputs x 4 inputs, the weights packed [N/16][K/4][16][4]
+    and the u8 shift folded into the bias. False (es_fc_i8 instead) without VNNI, with
+    reference kernels, or where the folded sums could leave int32."""
+    nn, kk = wn.shape
+    tx = L.tensors[x.tensor]
+    if L.kernels == "reference" or not L.isa >= VNNI:
+        return False
+    dot = dot_operands(wn.reshape(nn, kk, 1, 1), bias, tx.zero_point)
+    if dot is None:
+        return False
+    p = conv_params(kk, [1, 1], nn, [1, 1], [1, 1], [1, 1], [0, 0, 0, 0], [1, 1], 1, 0, 0.0,
+                    0.0, x_zp=tx.zero_point, y_zp=out[0], qmin=out[1], qmax=out[2],
+                    rq=rq_mode(L))
+    wt = L.const_tensor(node.name + "_wc", blocked_weights(dot[0], 16), "i8")
+    bt = L.const_tensor(node.name + "_bias_u8", dot[1], "i32")
+    rows = prod(x.shape[:-1])
+    L.add_step(node, [x.tensor], [y], [
+        Call(K.CONV_I8_CL.fn, [Ref(x.tensor, i * kk), Ref(wt), Ref(bt), Ref(rq[0]),
+                               Ref(rq[1]), Ref("__scratch"), Ref(y, i * nn), p], K.CONV_I8_CL)
+        for i in range(rows)], scratch=K.CONV_I8_CL.scratch(p))
     return True
 
 

@@ -432,8 +432,12 @@ void es_conv2d_i8_cl(const int8_t *x, const int8_t *wc, const int32_t *bias_u8,
 void es_dwconv2d_i8_hwc(const int8_t *x, const int8_t *w, const int32_t *bias,
                         const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
                         const es_conv_params *p);
+/* four outputs per pass over the input row (AVX2 / NEON); es_fc_i8_ref, the plain loop, is
+ * its oracle (kernels/fc_int8.c) */
 void es_fc_i8(const int8_t *x, const int8_t *w, const int32_t *bias, const int32_t *mult,
               const int32_t *shift, int8_t *y, const es_fc_params *p);
+void es_fc_i8_ref(const int8_t *x, const int8_t *w, const int32_t *bias, const int32_t *mult,
+                  const int32_t *shift, int8_t *y, const es_fc_params *p);
 void es_add_i8(const int8_t *a, const int8_t *b, int8_t *y, int n, const es_qadd_params *p);
 /* the plain per-element loop es_add_i8's SIMD paths are tested against */
 void es_add_i8_ref(const int8_t *a, const int8_t *b, int8_t *y, int n,
