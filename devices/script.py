@@ -1,4 +1,5 @@
-"""The uploaded bench script: ``remote.py`` with every format's device loader embedded.
+"""The uploaded bench script: ``remote.py`` with its parts (the power sweep) and every
+format's device loader embedded.
 
 ``remote.py`` names no format. Each ``Target`` points ``device_loader`` at a stdlib-only
 file beside its module; this assembles one file from ``remote.py`` and those sources
@@ -16,6 +17,8 @@ from edgesmith.errors import DeviceError
 from edgesmith.target import Target
 
 REMOTE_SCRIPT = Path(__file__).with_name("remote.py")
+# parts of the script kept in files of their own (name -> file), embedded like the loaders
+PARTS = {"power": Path(__file__).with_name("remote_power.py")}
 REMOTE_NAME = "edgesmith_remote.py"
 MARK = "# @@LOADERS@@\n"
 DEVICE_PYTHON = (3, 8)  # the oldest python a device image may have
@@ -44,22 +47,27 @@ def loader_sources(formats: dict[str, type[Target]]) -> dict[str, tuple[Path, st
     return out
 
 
-def _literal(fmt: str, path: Path, source: str) -> str:
+def _literal(fmt: str, path: Path, source: str, table: str = "LOADER_SOURCES") -> str:
     """``LOADER_SOURCES[fmt] = (...)``: one string literal per source line, so the uploaded
     file still reads line by line."""
-    lines = [f"LOADER_SOURCES[{fmt!r}] = (  # {path.parent.name}/{path.name}"]
+    lines = [f"{table}[{fmt!r}] = (  # {path.parent.name}/{path.name}"]
     lines += [f"    {line!r}" for line in source.splitlines(keepends=True)] or ["    ''"]
     return "\n".join(lines) + "\n)\n"
 
 
 def assemble(formats: dict[str, type[Target]]) -> str:
-    """The text of the one-file bench script, with the loaders of ``formats``."""
+    """The text of the one-file bench script, with its parts and the loaders of
+    ``formats``."""
     text = REMOTE_SCRIPT.read_text(encoding="utf-8")
     if text.count(MARK) != 1:
         raise DeviceError(f"{REMOTE_SCRIPT} has no single {MARK.strip()!r} line",
                           where=str(REMOTE_SCRIPT), fix="report this: it is an edgesmith bug")
     loaders = "".join(_literal(fmt, path, source)
                       for fmt, (path, source) in loader_sources(formats).items())
+    for name, path in PARTS.items():
+        source = path.read_text(encoding="utf-8")
+        _python38(source, str(path))
+        loaders += _literal(name, path, source, "PART_SOURCES")
     script = text.replace(MARK, loaders)
     _python38(script, REMOTE_NAME)
     return script
