@@ -107,24 +107,57 @@ def compare(host: np.ndarray, dev: np.ndarray, lsb: float | None, min_cosine: fl
     diff = float(np.max(np.abs(a - b))) if a.size else 0.0
     if lsb is not None:
         bound = lsb * (1 + 1e-4)
-        return diff <= bound, diff, f"|diff| <= 1 LSB ({lsb:.6g})"
+        return diff <= bound, diff, f"abs diff <= 1 LSB ({lsb:.6g})"
     span = float(np.max(a) - np.min(a)) or 1.0
     na, nb = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
     cos = float(np.mean(np.sum(a * b, axis=1) / np.maximum(na * nb, 1e-30)))
     ok = cos >= min_cosine and diff / span <= max_rel_err
-    return ok, diff, f"cosine >= {min_cosine}, |diff|/range <= {max_rel_err} (cosine {cos:.6f})"
+    return ok, diff, f"cosine >= {min_cosine}, abs diff / range <= {max_rel_err} (cosine {cos:.6f})"
 
 
 def check(env: runtime_env.RuntimeEnv, loader: Path, artifact_path: Path, x: np.ndarray,
-          host_out: np.ndarray, *, lsb: float | None, min_cosine: float, max_rel_err: float,
-          options: dict[str, Any] | None = None) -> DynamicCheck:
-    """Run the artifact in ``env`` and judge its outputs against ``host_out``: within
-    ``lsb`` (the output's quantization step, for INT8 bodies) or the float bounds."""
+          host_outs: dict[str, np.ndarray], *, lsb: float | None, min_cosine: float,
+          max_rel_err: float, options: dict[str, Any] | None = None) -> DynamicCheck:
+    """Run the artifact in ``env`` and judge its outputs against the host's: within ``lsb``
+    (the output's quantization step, for INT8 bodies) or the float bounds, of at least
+    one of ``host_outs`` (kernel set -> outputs: an INT8 model's outputs depend on the
+    kernels' requantization, and a release may default to other kernels than the host)."""
     out, err = run_in_env(env, loader, artifact_path, x, options)
     if out is None:
         missing = any(m in err.lower() for m in _MISSING_MARKS)
         return DynamicCheck("op missing" if missing else "error", env.requirement, len(x),
                             detail=err)
-    ok, diff, bound = compare(host_out, out, lsb, min_cosine, max_rel_err)
+    judged = {name: compare(h, out, lsb, min_cosine, max_rel_err)
+              for name, h in host_outs.items()}
+    name = min(judged, key=lambda k: (not judged[k][0], judged[k][1]))
+    ok, diff, bound = judged[name]
+    others = "; ".join(f"{k}: max abs diff {v[1]:.4g}" for k, v in judged.items() if k != name)
     return DynamicCheck("ok" if ok else "disagrees", env.requirement, len(x),
-                        round(diff, 8) if np.isfinite(diff) else None, bound)
+                        round(diff, 8) if np.isfinite(diff) else None,
+                        f"{bound} against the host's {name}", others)
+
+
+def tflite_builtin_runner(path: Path, num_threads: int = 1):
+    """The host's ai-edge-litert with its builtin kernels only (no default XNNPACK
+    delegate): the kernel set tflite-runtime 2.14 runs INT8 models with, bit for bit on
+    MobileNetV2-digits32, where XNNPACK's requantization differs by up to 19 LSB."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    from edgesmith.convert import tflite
+
+    interp = Interpreter(str(path), num_threads=num_threads,
+                         experimental_op_resolver_type=(
+                             OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES))
+    interp.allocate_tensors()
+    inp, out = interp.get_input_details()[0], interp.get_output_details()[0]
+
+    def run(x: np.ndarray) -> np.ndarray:
+        ys = []
+        for sample in np.asarray(x, np.float32):
+            feed = tflite._to_tflite_layout(sample[None], inp["shape"])
+            interp.set_tensor(inp["index"], tflite._quantize(feed, inp))
+            interp.invoke()
+            ys.append(tflite._dequantize(interp.get_tensor(out["index"]), out)[0])
+        return np.stack(ys)
+
+    return run

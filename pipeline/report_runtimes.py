@@ -22,7 +22,7 @@ def rows(manifest: dict[str, Any]) -> list[list[str]]:
                           for f in static.get("findings", []))
         ran = dyn.get("status", "not run (--verify-runtimes)")
         if dyn.get("max_abs_diff") is not None:
-            ran += f", max |diff| {dyn['max_abs_diff']:.3g} on {dyn.get('samples')} samples"
+            ran += f", max abs diff {dyn['max_abs_diff']:.3g} on {dyn.get('samples')} samples"
         note = rc.get("retried") or found or (dyn.get("detail") or "").split("\n")[0][:120]
         out.append([t["name"], str(rc.get("runtime")), str(rc.get("status")),
                     static.get("status", "—"), ran, note or ""])

@@ -43,6 +43,10 @@ _FIX = {
               "older, or change the profile's runtimes.coreml",
 }
 
+_DISAGREES = ("the declared release computes other outputs than the host's run of the same "
+              "file: measure on the device (`edgesmith bench`) before shipping it, or declare "
+              "the release the device really has")
+
 
 @dataclass
 class Outcome:
@@ -73,7 +77,7 @@ class Outcome:
         lines += [f"    static: {f.text()}" for f in self.static.findings]
         if self.dynamic is not None and self.dynamic.status != "ok":
             why = self.dynamic.detail.splitlines()[0] if self.dynamic.detail else (
-                f"max |diff| {self.dynamic.max_abs_diff} outside {self.dynamic.tolerance}")
+                f"max abs diff {self.dynamic.max_abs_diff} outside {self.dynamic.tolerance}")
             lines.append(f"    dynamic: {self.dynamic.status}: {why}")
         if self.retried:
             lines.append(f"    retried: {self.retried}")
@@ -127,8 +131,9 @@ def _check_result(r: Any, profile: Any, envs: dict[str, runtime_env.RuntimeEnv],
                     + (" (verified)" if outcome.dynamic else " (static check)"))
         return
     r.status = "failed"
+    fix = _DISAGREES if outcome.status == "disagrees" else _FIX.get(r.spec.format.value, "")
     r.message = (f"{r.spec.name}: runtime check failed:\n  {outcome.table(r.spec.name)}"
-                 f"\n  fix: {_FIX.get(r.spec.format.value, '')}")
+                 f"\n  fix: {fix}")
 
 
 def _check(spec: Any, artifact: Artifact, runtime: str, env: runtime_env.RuntimeEnv | None,
@@ -147,14 +152,27 @@ def _dynamic(spec: Any, artifact: Artifact, env: runtime_env.RuntimeEnv,
     if run is None or target.device_loader is None:
         return runtime_run.DynamicCheck("not checked", env.requirement,
                                         detail="this host cannot run the format")
-    host = validate.run_batched(run, x)
-    lsb = (runtime_compat.tflite_output_lsb(artifact.path)
-           if spec.format.value == "tflite" and spec.precision.value == "int8" else None)
+    hosts = {"default kernels (validated)": validate.run_batched(run, x)}
+    lsb = None
+    if spec.format.value == "tflite":
+        builtin = runtime_run.tflite_builtin_runner(artifact.path)
+        hosts["builtin kernels (no XNNPACK)"] = _to_onnx_layout(builtin(x), hosts)
+        if spec.precision.value == "int8":
+            lsb = runtime_compat.tflite_output_lsb(artifact.path)
     precision = spec.precision.value
-    return runtime_run.check(env, Path(target.device_loader), artifact.path, x, host, lsb=lsb,
+    return runtime_run.check(env, Path(target.device_loader), artifact.path, x, hosts, lsb=lsb,
                              min_cosine=validate.PARITY_MIN_COSINE[precision],
                              max_rel_err=validate.PARITY_MAX_REL_ERR[precision],
                              options=_options(artifact))
+
+
+def _to_onnx_layout(y: np.ndarray, hosts: dict[str, np.ndarray]) -> np.ndarray:
+    """The builtin run's outputs in the validated runner's layout (channels-last outputs
+    moved back, as ``convert/tflite.py`` does)."""
+    want = next(iter(hosts.values())).shape
+    if y.shape != want and y.ndim >= 3 and np.moveaxis(y, -1, 1).shape == want:
+        return np.ascontiguousarray(np.moveaxis(y, -1, 1))
+    return y
 
 
 def _options(artifact: Artifact) -> dict[str, Any]:

@@ -5,6 +5,7 @@ session under a temporary XDG_CACHE_HOME and reused by every test here."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -22,7 +23,12 @@ FC_MAX_2_14 = 10  # what tflite-runtime 2.14.0 registers (probed; ai-edge-litert
 
 @pytest.fixture(scope="session")
 def runtime_cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("xdg-cache")
+    """One folder per test session, whichever test module asks first (the pipeline tests
+    import these fixtures), so each release's env is created once per session."""
+    kept = os.environ.get("EDGESMITH_TEST_RUNTIMES")  # a folder to reuse between sessions
+    path = Path(kept) if kept else tmp_path_factory.getbasetemp() / "xdg-cache-runtimes"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 @pytest.fixture
@@ -141,10 +147,11 @@ def test_tflite_op_version_newer_than_the_release_is_caught_when_run_there(
     newer = fully_connected_tflite(tmp_path / "fc11.tflite", version=FC_MAX_2_14 + 1)
     np.testing.assert_allclose(_host_run(newer, x), host)
     kw = dict(lsb=None, min_cosine=0.99999, max_rel_err=1e-3)
-    bad = runtime_run.check(tflite_env, TFLiteTarget.device_loader, newer, x, host, **kw)
+    hosts = {"host": host}
+    bad = runtime_run.check(tflite_env, TFLiteTarget.device_loader, newer, x, hosts, **kw)
     assert bad.status == "op missing"
     assert "FULLY_CONNECTED" in bad.detail and "version '11'" in bad.detail
-    ok = runtime_run.check(tflite_env, TFLiteTarget.device_loader, good, x, host, **kw)
+    ok = runtime_run.check(tflite_env, TFLiteTarget.device_loader, good, x, hosts, **kw)
     assert ok.status == "ok" and ok.samples == 4
     assert ok.max_abs_diff is not None and ok.max_abs_diff < 1e-5
 
@@ -155,7 +162,8 @@ def test_outputs_that_differ_from_the_host_are_reported_as_disagreeing(
     x = np.random.default_rng(2).standard_normal((3, 8)).astype(np.float32)
     model = fully_connected_tflite(tmp_path / "fc.tflite")
     wrong = _host_run(model, x) + 0.5
-    r = runtime_run.check(tflite_env, TFLiteTarget.device_loader, model, x, wrong, lsb=0.1,
+    r = runtime_run.check(tflite_env, TFLiteTarget.device_loader, model, x,
+                          {"shifted": wrong}, lsb=0.1,
                           min_cosine=0.95, max_rel_err=0.25)
     assert r.status == "disagrees" and r.max_abs_diff == pytest.approx(0.5, abs=1e-5)
     assert "1 LSB" in r.tolerance
@@ -221,3 +229,17 @@ def test_coreml_deployment_targets_map_to_the_spec_versions_they_load():
     assert runtime_compat.coreml_spec_limit("iOS16") == 7
     assert runtime_compat.coreml_spec_limit("iOS17") == 8
     assert runtime_compat.coreml_spec_limit("iOS99") is None
+
+
+@pytest.mark.slow
+def test_outputs_matching_one_host_kernel_set_agree_and_name_it(tmp_path, tflite_env, xdg):
+    """INT8 outputs depend on the kernels' requantization (XNNPACK vs builtin); a release
+    that matches either host run to 1 LSB agrees, and the entry says which one."""
+    x = np.random.default_rng(3).standard_normal((3, 8)).astype(np.float32)
+    model = fully_connected_tflite(tmp_path / "fc.tflite")
+    right = _host_run(model, x)
+    r = runtime_run.check(tflite_env, TFLiteTarget.device_loader, model, x,
+                          {"xnnpack": right + 0.5, "builtin": right}, lsb=0.1,
+                          min_cosine=0.95, max_rel_err=0.25)
+    assert r.status == "ok" and r.tolerance.endswith("against the host's builtin")
+    assert "xnnpack: max abs diff 0.5" in r.detail
