@@ -150,14 +150,30 @@ class Budgets(Strict):
         None, gt=0, description="energy per inference, where the device has a sensor")
 
 
+_U32 = 0xFFFF_FFFF  # the C runtime keeps microseconds in uint32_t fields
+
+
 class Power(Strict):
-    max_steps: int | None = Field(None, ge=1, description="steps per slice of a duty cycle")
-    run_us: int | None = Field(None, ge=1, description="time budget per slice")
-    sleep_us: int = Field(0, ge=0, description="sleep between slices")
+    """Defaults of the generated runtime's scheduled entry point (``model.h``), checked
+    here so a value the C side cannot hold is a profile error with its file and line."""
+
+    max_steps: int | None = Field(None, ge=1, le=2**31 - 1,
+                                  description="steps per slice of a duty cycle")
+    run_us: int | None = Field(None, ge=1, le=_U32, description="time budget per slice")
+    sleep_us: int = Field(0, ge=0, le=_U32, description="sleep between slices")
     period_ms: float | None = Field(
-        None, gt=0, le=3_600_000,
+        None, ge=0.001, le=3_600_000,
         description="one inference per period, sleeping between (a camera's frame loop)")
-    governor: str | None = None
+    # cpufreq names are at most 15 characters (CPUFREQ_NAME_LEN 16 with the NUL)
+    governor: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]{1,15}$")
+
+    @model_validator(mode="after")
+    def _slices_to_sleep_between(self) -> Power:
+        if self.sleep_us and not (self.max_steps or self.run_us):
+            raise ValueError("sleep_us is set, but neither max_steps nor run_us cuts the "
+                             "inference into slices to sleep between: add max_steps (steps "
+                             "per slice) or run_us (time per slice), or remove sleep_us")
+        return self
 
 
 class CoreMLRuntime(Strict):

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from edgesmith.artifact import write_text_atomic
-from edgesmith.errors import ConversionError, ProfileError
+from edgesmith.errors import ConversionError
 
 from . import weights as wts
 from .graph import Call, Graph, Ref, c_ident
@@ -44,8 +44,6 @@ class Generated:
                 "steps": None}
 
 
-_U32 = 0xFFFF_FFFF
-_GOVERNOR = re.compile(r"[A-Za-z0-9_-]{1,15}")  # cpufreq: CPUFREQ_NAME_LEN is 16 with the NUL
 
 
 @dataclass(frozen=True)
@@ -61,40 +59,13 @@ class PowerDefaults:
 
     @classmethod
     def of(cls, power: Any) -> PowerDefaults:
-        """From a ``profiles.schema.Power`` (None = all off). Values the C side cannot hold,
-        and a sleep with nothing to sleep between, are profile errors (exit 2), not a
-        silently wrapped number."""
+        """From a ``profiles.schema.Power`` (None = all off), whose schema already refused
+        what the C side cannot hold (a wrapped uint32_t, a sleep with no slices)."""
         if power is None:
             return cls()
-        p = cls(max_steps=power.max_steps or 0, run_us=power.run_us or 0,
-                sleep_us=power.sleep_us, governor=power.governor or "",
-                period_us=round((power.period_ms or 0) * 1000))
-        p._check(power)
-        return p
-
-    def _check(self, power: Any) -> None:
-        limits = {"max_steps": 2**31 - 1, "run_us": _U32, "sleep_us": _U32}
-        for key, hi in limits.items():
-            if getattr(self, key) > hi:
-                raise ProfileError(f"power.{key}: {getattr(self, key)} does not fit the C "
-                                   f"runtime (at most {hi})", where=f"power.{key}",
-                                   fix=f"use at most {hi}")
-        if power.period_ms is not None and self.period_us < 1:
-            raise ProfileError(f"power.period_ms: {power.period_ms} ms is under one "
-                               "microsecond",
-                               where="power.period_ms", fix="use at least 0.001 (1 us)")
-        if self.sleep_us and not (self.max_steps or self.run_us):
-            raise ProfileError("power.sleep_us is set, but neither max_steps nor run_us cuts "
-                               "the inference into slices to sleep between",
-                               where="power.sleep_us",
-                               fix="add max_steps (steps per slice) or run_us (time per "
-                                   "slice), or remove sleep_us")
-        if self.governor and not _GOVERNOR.fullmatch(self.governor):
-            raise ProfileError(f"power.governor: {self.governor!r} is not a cpufreq governor "
-                               "name",
-                               where="power.governor",
-                               fix="use a name from scaling_available_governors, e.g. "
-                                   "powersave, performance, schedutil")
+        return cls(max_steps=power.max_steps or 0, run_us=power.run_us or 0,
+                   sleep_us=power.sleep_us, governor=power.governor or "",
+                   period_us=round((power.period_ms or 0) * 1000))
 
     def figures(self) -> dict[str, Any]:
         """What the artifact's metadata records as compiled in."""

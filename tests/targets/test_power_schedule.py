@@ -17,13 +17,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from edgesmith.errors import ProfileError
 from edgesmith.pipeline.registry import get
 from edgesmith.profiles import load as load_profile
-from edgesmith.profiles.schema import Power, TargetSpec
+from edgesmith.profiles.schema import TargetSpec
 from edgesmith.target import ConvertContext
-from edgesmith.targets import codegen, run
+from edgesmith.targets import run
 from tests.conftest import require_tools
 from tests.targets._helpers import HARNESS, model_sources
 
@@ -321,17 +322,22 @@ def test_governor_without_cpufreq_is_unavailable_with_the_reason(plain, tmp_path
 # ---- profile values the C runtime cannot hold ---------------------------------------------
 
 @pytest.mark.parametrize("power, where", [
-    (Power(sleep_us=1000), "power.sleep_us"),  # nothing to sleep between
-    (Power(max_steps=1, sleep_us=2**32), "power.sleep_us"),
-    (Power(run_us=2**32), "power.run_us"),
-    (Power(max_steps=2**31), "power.max_steps"),
-    (Power(period_ms=0.0001), "power.period_ms"),
-    (Power(governor="power save"), "power.governor"),
+    ({"sleep_us": 1000}, "power"),  # nothing to sleep between
+    ({"max_steps": 1, "sleep_us": 2**32}, "power.sleep_us"),
+    ({"run_us": 2**32}, "power.run_us"),
+    ({"max_steps": 2**31}, "power.max_steps"),
+    ({"period_ms": 0.0001}, "power.period_ms"),
+    ({"governor": "power save"}, "power.governor"),
 ])
-def test_power_values_the_runtime_cannot_hold_are_profile_errors(power, where):
+def test_power_values_the_runtime_cannot_hold_are_profile_errors(tmp_path, power, where):
+    """Refused when the profile loads (exit 2, naming the file and line), not when the C
+    target is generated minutes into a build."""
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"extends": "host", "power": power}))
     with pytest.raises(ProfileError) as e:
-        codegen.PowerDefaults.of(power)
-    assert e.value.where == where and e.value.fix and e.value.exit_code == 2
+        load_profile(path)
+    assert e.value.exit_code == 2 and f"{path}:" in e.value.message()
+    assert where in e.value.message()
 
 
 def test_the_target_cache_key_changes_with_the_power_block(tmp_path, chain_onnx):
