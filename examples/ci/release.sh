@@ -7,6 +7,8 @@
 #       OUT=build/release examples/ci/release.sh
 #
 # Set BENCH_HOST=user@board to benchmark on the device instead of this machine.
+# Every artifact is run on the runtime releases the profile declares (`runtimes:`), each in
+# an isolated environment, before it is packaged (--verify-runtimes; exit 4 when one fails).
 set -euo pipefail
 
 EDGESMITH=${EDGESMITH:-edgesmith}
@@ -22,7 +24,7 @@ step() { printf '\n== %s\n' "$*" >&2; }
 
 step "export + validation: FP32 ONNX must match the torch model"
 "$EDGESMITH" convert "$MODEL" --arch "$ARCH" --data "$DATA" --profile "$PROFILE" \
-    --target onnx:fp32 --out "$OUT/fp32" --json > "$OUT/fp32.json"
+    --target onnx:fp32 --verify-runtimes --out "$OUT/fp32" --json > "$OUT/fp32.json"
 
 step "benchmark: latency on the target (budgets.latency_ms gates it, exit 3)"
 if [ -n "${BENCH_HOST:-}" ]; then
@@ -33,7 +35,7 @@ fi
 
 step "quantization: INT8, gated by budgets.accuracy_drop (exit 3)"
 "$EDGESMITH" convert "$MODEL" --arch "$ARCH" --data "$DATA" --profile "$PROFILE" \
-    --target onnx:int8 --out "$OUT/int8" --json > "$OUT/int8.json"
+    --target onnx:int8 --verify-runtimes --out "$OUT/int8" --json > "$OUT/int8.json"
 
 step "package: the validated build folders, their manifests and a checksum"
 tar -C "$OUT" -czf "$OUT/release.tar.gz" fp32 int8 fp32.json int8.json bench.json
