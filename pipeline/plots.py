@@ -17,6 +17,16 @@ _FORMAT_COLORS = {"onnx": "#4C72B0", "tflite": "#DD8452", "openvino": "#55A868",
 _PNG_META = {"Software": None}  # no library version in the file: bytes depend on data only
 
 
+def _save(plt: Any, fig: Any, out_png: Path | str) -> Path:
+    """Lay out, write without a timestamp (the same figures give the same bytes), close."""
+    fig.tight_layout()
+    out_png = Path(out_png)
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_png, format="png", metadata=_PNG_META)
+    plt.close(fig)
+    return out_png
+
+
 def _pyplot():
     import matplotlib
 
@@ -72,12 +82,7 @@ def plot_targets(targets: list[dict[str, Any]], out_png: Path) -> Path:
         if skipped:
             ax_lat.text(1.0, -0.18, "not run here: " + ", ".join(skipped), ha="right",
                         va="top", fontsize=7, transform=ax_lat.transAxes)
-        fig.tight_layout()
-        out_png = Path(out_png)
-        out_png.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out_png, format="png", metadata=_PNG_META)
-        plt.close(fig)
-    return out_png
+        return _save(plt, fig, out_png)
 
 
 def plot_bench(bench: dict[str, Any], out_png: Path) -> Path:
@@ -113,12 +118,7 @@ def plot_bench(bench: dict[str, Any], out_png: Path) -> Path:
         ax.set_title("on-device latency per target")
         if devices:
             ax.legend(fontsize=7)
-        fig.tight_layout()
-        out_png = Path(out_png)
-        out_png.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out_png, format="png", metadata=_PNG_META)
-        plt.close(fig)
-    return out_png
+        return _save(plt, fig, out_png)
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -215,9 +215,4 @@ def plot_power(bench: dict[str, Any], out_png: Path) -> Path | None:
         fig, axes = plt.subplots(len(swept), 1, figsize=(7, 3.6 * len(swept)), squeeze=False)
         for ax, (target, entries) in zip(axes[:, 0], sorted(swept.items()), strict=True):
             _draw_target(ax, plt, target, entries)
-        fig.tight_layout()
-        out_png = Path(out_png)
-        out_png.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out_png, format="png", metadata=_PNG_META)
-        plt.close(fig)
-    return out_png
+        return _save(plt, fig, out_png)
