@@ -17,6 +17,8 @@ from edgesmith.convert.tflite import TFLiteTarget
 
 TFLITE = "tflite-runtime==2.14.0"
 ORT = "onnxruntime==1.16.3"
+OPENVINO = "openvino==2024.6.0"  # the intel-nuc profile's runtime
+OPENVINO_MAX_OPSET_2024_6 = 15  # probed: openvino.runtime.opset15 is its newest
 FC = 9  # BuiltinOperator.FULLY_CONNECTED
 FC_MAX_2_14 = 10  # what tflite-runtime 2.14.0 registers (probed; ai-edge-litert 2.x: 14)
 
@@ -51,6 +53,48 @@ def tflite_env(runtime_cache) -> runtime_env.RuntimeEnv:
 @pytest.fixture(scope="session")
 def ort_env(runtime_cache) -> runtime_env.RuntimeEnv:
     return _env(runtime_cache, ORT)
+
+
+@pytest.fixture(scope="session")
+def openvino_env(runtime_cache) -> runtime_env.RuntimeEnv:
+    return _env(runtime_cache, OPENVINO)
+
+
+def small_openvino_ir(folder: Path) -> Path:
+    """A conv -> relu -> dense IR (1x1x8x8 -> 10, random weights) saved by the host's
+    OpenVINO (2026.x) from an ONNX graph: the kind of file the openvino target writes."""
+    import onnx
+    import openvino as ov
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((8, 1, 3, 3)).astype(np.float32), "w")
+    fc = numpy_helper.from_array(
+        (rng.standard_normal((8 * 6 * 6, 10)) * 0.1).astype(np.float32), "fc")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Flatten", ["r"], ["f"]),
+             helper.make_node("MatMul", ["f", "fc"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], [w, fc])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(folder / "m.onnx"))
+    xml = folder / "model.xml"
+    ov.save_model(ov.convert_model(str(folder / "m.onnx")), str(xml), compress_to_fp16=False)
+    return xml
+
+
+def _layer_at_opset(xml: Path, layer_type: str, version: int) -> str:
+    """Rewrite the first ``layer_type`` layer's version attribute in place; its name."""
+    import xml.etree.ElementTree as ET
+
+    tree = ET.parse(xml)
+    layer = next(lay for lay in tree.getroot().iter("layer") if lay.get("type") == layer_type)
+    layer.set("version", f"opset{version}")
+    tree.write(xml)
+    return str(layer.get("name"))
 
 
 def fully_connected_tflite(path: Path, version: int = 1) -> Path:
@@ -243,3 +287,51 @@ def test_outputs_matching_one_host_kernel_set_agree_and_name_it(tmp_path, tflite
                           min_cosine=0.95, max_rel_err=0.25)
     assert r.status == "ok" and r.tolerance.endswith("against the host's builtin")
     assert "xnnpack: max abs diff 0.5" in r.detail
+
+
+def _openvino_host(xml: Path, x: np.ndarray) -> np.ndarray:
+    from edgesmith.artifact import Artifact
+    from edgesmith.convert.openvino import OpenVINOTarget
+
+    run = OpenVINOTarget().runner(Artifact.of(xml, "openvino", "fp32"))
+    return np.concatenate([run(s[None]) for s in x])
+
+
+@pytest.mark.slow
+def test_openvino_ir_built_here_passes_both_checks_on_openvino_2024_6(
+        tmp_path, openvino_env, xdg):
+    """Statically (every layer's opset within the release's) and when run there through
+    the device loader: at fp32's parity bounds, which bfloat16 inference (the release's
+    default on this AVX-512 BF16 CPU) misses, so the loader must ask for f32."""
+    xml = small_openvino_ir(tmp_path)
+    check = runtime_compat.check("openvino", xml, OPENVINO, openvino_env)
+    assert (check.status, check.findings) == ("ok", [])
+    assert runtime_compat._load_probes(openvino_env)["openvino:max_opset"] == \
+        OPENVINO_MAX_OPSET_2024_6
+    x = np.random.default_rng(4).standard_normal((6, 1, 8, 8)).astype(np.float32)
+    from edgesmith.convert.openvino import OpenVINOTarget
+
+    r = runtime_run.check(openvino_env, OpenVINOTarget.device_loader, xml, x,
+                          {"host": _openvino_host(xml, x)}, lsb=None,
+                          min_cosine=0.99999, max_rel_err=1e-3)
+    assert r.status == "ok", r
+    assert r.samples == 6 and r.max_abs_diff is not None and r.max_abs_diff < 1e-4
+
+
+@pytest.mark.slow
+def test_openvino_layer_at_an_opset_newer_than_the_release_is_caught_naming_the_layer(
+        tmp_path, openvino_env, xdg):
+    xml = small_openvino_ir(tmp_path)
+    name = _layer_at_opset(xml, "ReLU", OPENVINO_MAX_OPSET_2024_6 + 1)
+    check = runtime_compat.check("openvino", xml, OPENVINO, openvino_env)
+    assert check.status == "op missing"
+    assert [(f.op, f.version, f.max_version, f.where) for f in check.findings] == [
+        ("ReLU (opset16)", 16, 15, f"layer {name}")]
+    assert f"ReLU (opset16) version 16 (layer {name}): max 15" == check.findings[0].text()
+    from edgesmith.convert.openvino import OpenVINOTarget
+
+    x = np.zeros((1, 1, 8, 8), np.float32)
+    ran = runtime_run.check(openvino_env, OpenVINOTarget.device_loader, xml, x,
+                            {"host": np.zeros((1, 10))}, lsb=None, min_cosine=0.99999,
+                            max_rel_err=1e-3)
+    assert ran.status == "op missing" and "opset16" in ran.detail
