@@ -160,13 +160,15 @@ def _load(req: BuildRequest, events: Events) -> Inputs:
         pre_spec, profile = preprocess_spec.for_build(req.preprocess, profile)
         metric = metrics.primary(req.task, req.metric)
         splits = data_mod.load(req.data, seed=req.seed, rule=req.split, preprocess=pre_spec,
-                               preprocess_from_cli=req.preprocess is not None)
+                               preprocess_from_cli=req.preprocess is not None, task=req.task)
         loaded = stages.fit_batch(loaded, splits)
         ref = stages.reference(loaded, splits, metric)
     if loaded.batch.mode != "dynamic":
         events.info(f"batch: {loaded.batch.detail}")
     lo, hi = ref.accuracy_ci95 or (ref.accuracy, ref.accuracy)
-    events.info(f"reference ({ref.source}) top-1 on {len(splits.val_x)} val samples: "
+    events.info(f"reference ({ref.source}) "
+                f"{'top-1' if ref.correct is not None else ref.metric.name} on "
+                f"{len(splits.val_x)} val samples: "
                 f"{ref.accuracy * 100:.2f}% (95% CI {lo * 100:.2f}-{hi * 100:.2f}%)")
     too_small = validate.resolution_warning(
         validate.resolution(len(splits.val_y), profile.budgets.accuracy_drop))
@@ -336,6 +338,8 @@ def _manifest(req: BuildRequest, inputs: Inputs, compressed: Compressed | None,
                    "sha256": _input_hashes(req, inputs.profile_path, splits)},
         "profile": profile.model_dump(mode="json"),
         "input": splits.spec.to_json(),
+        # several model outputs packed into one (pipeline/packing.py): how to unpack
+        "outputs": inputs.loaded.packing.to_json() if inputs.loaded.packing else None,
         "data": splits.summary(),
         "metric": (inputs.reference.metric or metrics.BUILTIN["top1"]).to_json(),
         "reference": reference,
@@ -400,6 +404,9 @@ def run(req: BuildRequest, events: Events | None = None) -> BuildOutcome:
                                       inputs.profile.device.ram_mb)
         manifest = _manifest(req, inputs, compressed, exported, calib, results, misses, root,
                              time.perf_counter() - t_start, events.timings)
+        # a detector: one validation image with FP32 and INT8 boxes, drawn for the report
+        manifest["detection"] = stages.detection_figure(root, inputs.splits,
+                                                        inputs.reference, results)
         write_json_atomic(root / "manifest.json", manifest)
         report.write_report(root)
         outdir.publish(root, req.out)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -105,7 +106,10 @@ class Splits:
     def sha256(self) -> str:
         h = hashlib.sha256()
         for a in (self.train_x, self.train_y, self.calib_x, self.calib_y, self.val_x, self.val_y):
-            h.update(np.ascontiguousarray(a).tobytes())
+            if isinstance(a, list):  # detection labels: per image a list of boxes
+                h.update(json.dumps(a, separators=(",", ":")).encode())
+            else:
+                h.update(np.ascontiguousarray(a).tobytes())
         return h.hexdigest()
 
     def summary(self) -> dict[str, Any]:
@@ -232,7 +236,7 @@ def check_labels(splits: Splits, outputs: np.ndarray, model: str) -> None:
     would make every accuracy figure silently wrong. Called once the reference outputs
     are known, since only they tell the model's class count."""
     width = int(np.prod(outputs.shape[1:])) if outputs.ndim > 1 else 1
-    if splits.num_classes <= width:
+    if isinstance(splits.val_y, list) or splits.num_classes <= width:  # boxes: the metric
         return
     where, i, label, count = _first_label_beyond(splits, width)
     raise DataError(
@@ -442,12 +446,61 @@ def _from_folder(root: Path, seed: int, rule: SplitRule, spec: Preprocess | None
         val_frames=[frames[i] for i in splits.origin["val"]])
 
 
+def _from_coco(root: Path, seed: int, rule: SplitRule) -> Splits:
+    """A detection folder (``annotations.json`` in COCO's layout and its images, as
+    ``detection.load_coco`` reads it): x as NCHW floats, y per image a list of
+    (class, (x0, y0, x1, y1)) boxes, split by the seed like any other data."""
+    from .detection import ANNOTATIONS, load_coco
+
+    x, labels = load_coco(root)
+    where = str(root / ANNOTATIONS)
+    if len(x) < MIN_SAMPLES:
+        raise DataError(f"only {len(x)} images; need at least {MIN_SAMPLES}", where=where)
+    idx = split_indices(len(x), seed, rule, where)
+    parts = {k: (x[i], [labels[j] for j in i]) for k, i in idx.items()}
+    norm = {"raw_range": [0, 255], "formula": "(pixel / 255 - 0.5) / 0.5, RGB, NCHW"}
+    classes = 1 + max((int(c) for objects in labels for c, _ in objects), default=0)
+    return Splits(
+        train_x=parts["train"][0], train_y=parts["train"][1],
+        calib_x=parts["calib"][0], calib_y=parts["calib"][1],
+        val_x=parts["val"][0], val_y=parts["val"][1],
+        spec=InputSpec(shape=tuple(int(d) for d in x.shape[1:]), normalization=norm),
+        num_classes=classes, source=str(root), seed=seed, origin=idx, rule=rule)
+
+
+def _detection_folder(ref: str, task: str, from_cli: bool) -> bool:
+    """Whether ``ref`` is read as a detection folder: ``--task detect`` asks for one (a
+    folder without annotations.json gets load_coco's own error); a folder holding
+    annotations.json under another task is refused, since its labels are boxes."""
+    from .detection import ANNOTATIONS
+
+    path = Path(ref)
+    if task == "detect":
+        if not path.is_dir():
+            raise DataError(f"--task detect reads a folder with {ANNOTATIONS} (COCO) and its "
+                            f"images; {ref!r} is not a folder", where=ref,
+                            fix="python examples/detect/data.py DIR --n 1200 makes one")
+        if from_cli:
+            raise UsageError("--preprocess applies to class folders; a detection folder's "
+                             "images are scaled as (pixel / 255 - 0.5) / 0.5",
+                             fix="drop --preprocess")
+        return True
+    if path.is_dir() and (path / ANNOTATIONS).is_file():
+        raise UsageError(f"{ref} holds {ANNOTATIONS}: its labels are boxes, not classes",
+                         where=str(path / ANNOTATIONS), fix="pass --task detect")
+    return False
+
+
 def load(ref: str, seed: int = 0, rule: SplitRule = SplitRule(),
-         preprocess: Preprocess | None = None, preprocess_from_cli: bool = False) -> Splits:
-    """``digits``, a ``.npz`` with ``x``/``y``, an image folder (one subfolder per class),
-    or ``file.py:callable`` / ``module:callable``, split by ``rule`` (a callable returning
-    ready-made splits keeps its own). ``preprocess`` turns an image folder's frames into
-    inputs; a ``--preprocess`` for data that are already tensors is refused."""
+         preprocess: Preprocess | None = None, preprocess_from_cli: bool = False,
+         task: str = "classify") -> Splits:
+    """``digits``, a ``.npz`` with ``x``/``y``, an image folder (one subfolder per class;
+    with ``task`` detect: annotations.json and its images), or ``file.py:callable`` /
+    ``module:callable``, split by ``rule`` (a callable returning ready-made splits keeps
+    its own). ``preprocess`` turns an image folder's frames into inputs; a
+    ``--preprocess`` for data that are already tensors is refused."""
+    if _detection_folder(ref, task, preprocess_from_cli and preprocess is not None):
+        return _from_coco(Path(ref), seed, rule)
     if Path(ref).is_dir():
         return _from_folder(Path(ref), seed, rule, preprocess)
     if preprocess_from_cli and preprocess is not None:

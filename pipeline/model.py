@@ -20,6 +20,7 @@ import numpy as np
 from edgesmith.convert.optimize import ort_session
 from edgesmith.errors import DataError, ModelLoadError
 
+from .packing import Packing, pack_onnx, pack_torch, torch_outputs
 from .refs import import_callable, is_callable_ref
 
 
@@ -54,6 +55,8 @@ class LoadedModel:
     # the graph with its batch axis made symbolic (``batch.mode == "made-dynamic"``): kept
     # in memory until the build has a folder to write it to
     onnx_bytes: bytes | None = None
+    # several outputs packed into one (packing.py): how, for the manifest; None for one
+    packing: Packing | None = None
 
     @property
     def onnx_source(self) -> Path | bytes | None:
@@ -176,10 +179,8 @@ def check_forward(model: Any, shape: tuple[int, ...], where: str,
             fix="check that the model takes this input shape; pass --data with samples "
                 "of the shape the model was trained on",
         ) from None
-    if not isinstance(out, torch.Tensor):
-        raise ModelLoadError(f"forward returned {type(out).__name__}; expected one tensor",
-                             where=where, fix="return the logits tensor from forward()")
-    return tuple(out.shape)
+    outs = torch_outputs(out, where)  # several tensors: packed into one by pack_outputs
+    return tuple(out.shape) if outs is None else tuple(outs[0].shape)
 
 
 def _data_does_not_fit(data: str, shape: tuple[int, ...], model: str, why: str) -> DataError:
@@ -259,6 +260,25 @@ def fit_batch(loaded: LoadedModel, x: np.ndarray) -> LoadedModel:
                      f"(batch 2 matches two runs of batch 1: max difference {err:.2g} of "
                      "the output range)")
     return dataclasses.replace(loaded, batch=mode, onnx_bytes=data)
+
+
+def pack_outputs(loaded: LoadedModel, x: np.ndarray) -> LoadedModel:
+    """A model with several outputs as one with a single packed output (packing.py):
+    a torch module wrapped, an ONNX graph with Reshape + Concat appended (run on ``x``,
+    which the model is known to take). Models with one output come back unchanged."""
+    if loaded.torch_model is not None:
+        model, packing = pack_torch(loaded.torch_model, x, loaded.ref)
+        return loaded if packing is None else dataclasses.replace(
+            loaded, torch_model=model, packing=packing)
+    try:
+        packed = pack_onnx(loaded.onnx_source, x, loaded.batch.max_batch)
+    except Exception as e:
+        raise ModelLoadError(f"cannot pack the graph's outputs into one: {_first_line(e)}",
+                             where=loaded.ref,
+                             fix="check that onnxruntime runs the model on the data") from None
+    if packed is None:
+        return loaded
+    return dataclasses.replace(loaded, onnx_bytes=packed[0], packing=packed[1])
 
 
 def _first_line(e: Exception) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 from edgesmith.artifact import write_text_atomic
 from edgesmith.devices.verdict import energy_mj
 
-from . import plots, report_fallback, report_runtimes
+from . import plots, report_detect, report_fallback, report_runtimes
 from .metrics import report_lines as metric_lines
 from .report_power import SWEEP_HEADER, sweep_notes, sweep_rows
 from .validate import drop_verdict, resolution_warning
@@ -281,6 +281,7 @@ def render_markdown(manifest: dict[str, Any], images: list[str]) -> str:
     if manifest.get("budget_misses"):
         parts += ["## Budget misses", "", *[f"- {m}" for m in manifest["budget_misses"]], ""]
     parts += _judgement_sections(manifest)
+    parts += report_detect.markdown(manifest, _md_table)  # mAP per target, boxes drawn
     parts += report_fallback.markdown(manifest, _md_table)
     parts += report_runtimes.markdown(manifest, _md_table)
     if manifest.get("compress"):
@@ -324,6 +325,7 @@ def render_html(manifest: dict[str, Any], images: list[str]) -> str:
         items = "".join(f"<li>{html.escape(m)}</li>" for m in manifest["budget_misses"])
         sections += ["<h2>Budget misses</h2>", f"<ul>{items}</ul>"]
     sections += _judgement_html(manifest)
+    sections += report_detect.html_section(manifest, _html_table)
     sections += report_fallback.html_section(manifest, _html_table)
     sections += report_runtimes.html_section(manifest, _html_table)
     if manifest.get("bench"):

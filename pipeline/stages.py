@@ -29,8 +29,9 @@ from edgesmith.versions import tool_versions
 from . import cache, registry, validate
 from .data import Splits, check_labels
 from .metrics import Metric
-from .model import LoadedModel, check_input
+from .model import LoadedModel, check_input, pack_outputs
 from .model import fit_batch as fit_batch_to
+from .report_detect import figure as detection_figure  # noqa: F401 (build.py draws it)
 
 BENCH_SAMPLES = 16
 
@@ -67,12 +68,15 @@ class Reference:
 
 
 def fit_batch(loaded: LoadedModel, splits: Splits) -> LoadedModel:
-    """An ONNX model whose graph fixes the batch to 1, made to take the build's batches
-    (``model.fit_batch``) once the data is known to fit its input; others unchanged."""
-    if loaded.onnx_path is None:
-        return loaded
+    """The model as every later stage takes it, once the data is known to fit its input:
+    an ONNX graph that fixes the batch to 1 made to take the build's batches
+    (``model.fit_batch``), and several outputs packed into one (``model.pack_outputs``:
+    converters, runners and the C target handle one output)."""
     check_input(loaded, splits.spec.batch_shape(2), splits.source)
-    return fit_batch_to(loaded, np.concatenate([splits.val_x[:2], splits.train_x[:2]]))
+    x = np.concatenate([splits.val_x[:2], splits.train_x[:2]])
+    if loaded.onnx_path is not None:
+        loaded = fit_batch_to(loaded, x)
+    return pack_outputs(loaded, x)
 
 
 def reference(loaded: LoadedModel, splits: Splits, metric: Metric | None = None) -> Reference:
@@ -94,6 +98,12 @@ def reference(loaded: LoadedModel, splits: Splits, metric: Metric | None = None)
         source = "onnxruntime"
     check_labels(splits, out, loaded.ref)
     value = metric(out, splits.val_y) if metric is not None else None  # a user metric's
+    if not validate.is_class_labels(splits.val_y):  # boxes (detection): no top-1; the
+        if metric is None:  # metric is all there is, and its value stands for accuracy
+            raise UsageError("these labels are not one class per sample, so top-1 cannot "
+                             "judge the model", where=splits.source,
+                             fix="pass --task detect for a detection folder")
+        return Reference(out, value, source, None, metric, value, out)
     return Reference(out, validate.accuracy(out, splits.val_y), source,  # faults stop here
                      validate.predictions(out) == splits.val_y, metric, value, out)
 
