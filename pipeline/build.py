@@ -274,7 +274,7 @@ def _export(inputs: Inputs, compressed: Compressed | None, root: Path, work_dir:
 
 def _convert_targets(req: BuildRequest, inputs: Inputs, compressed: Compressed | None,
                      exported: Exported, calib: CalibrationSet, root: Path, work_dir: Path,
-                     events: Events) -> list[stages.TargetResult]:
+                     events: Events, envs: dict[str, Any]) -> list[stages.TargetResult]:
     """Every target from the same files: the optimised FP32 ONNX, the QAT model if any,
     and the static QDQ model made once here. No target sees another's result."""
     built = [(spec, options) for spec, options in inputs.targets
@@ -310,6 +310,13 @@ def _convert_targets(req: BuildRequest, inputs: Inputs, compressed: Compressed |
         results.append(r)
         cached = " (from cache)" if r.artifact and r.artifact.meta.get("cached") else ""
         events.info((r.message or f"{spec.name}: ok") + cached)
+
+    def redo(spec: Any, options: Any) -> stages.TargetResult:  # a runtime check's retry
+        return stages.convert_and_validate(spec, options, ctx_args, inputs.splits, ref, root,
+                                           req.use_cache, inputs.loaded.batch.max_batch)
+    runtime_check.check_results(results, inputs.profile, envs,
+                                inputs.splits.val_x[:stages.BENCH_SAMPLES], req.verify_runtimes,
+                                events, targets=inputs.targets, redo=redo)
     return results
 
 
@@ -396,10 +403,7 @@ def run(req: BuildRequest, events: Events | None = None) -> BuildOutcome:
             from_splits(inputs.splits, inputs.profile.compress.calibration, warn=events.warn),
             inputs.loaded.batch.max_batch)
         results = _convert_targets(req, inputs, compressed, exported, calib, root, work_dir,
-                                   events)
-        runtime_check.check_results(results, inputs.profile, envs,
-                                    inputs.splits.val_x[:stages.BENCH_SAMPLES],
-                                    req.verify_runtimes, events)
+                                   events, envs)
         misses = stages.check_budgets(results, inputs.profile.budgets,
                                       inputs.profile.device.ram_mb)
         manifest = _manifest(req, inputs, compressed, exported, calib, results, misses, root,

@@ -10,19 +10,24 @@ declared release (``runtimes:``), after validation and before publishing.
    recorded validation tensors, compared with the host's run).
 3. A failure is acted on once where the format has a knob that produces older ops (ONNX:
    the opset converted down to what the release loads, kept only if the host still
-   agrees); otherwise the target fails with the table and the fix. Every target's
+   agrees; Core ML: converted again with ``deployment_target``, coremltools'
+   ``minimum_deployment_target``, set to the declared release, kept only if it passes);
+   otherwise the target fails with the table and the fix. Every target's
    ``runtime_check`` entry goes into the manifest.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from edgesmith import capture
 from edgesmith.artifact import Artifact
 from edgesmith.convert import runtime_compat, runtime_env, runtime_run
 from edgesmith.errors import EdgesmithError
@@ -39,8 +44,9 @@ _FIX = {
             "device really has (profile runtimes.onnxruntime)",
     "openvino": "convert with the OpenVINO release the device has, or declare it (profile "
                 "runtimes.openvino)",
-    "coreml": "set the target's deployment_target option to the declared release or "
-              "older, or change the profile's runtimes.coreml",
+    "coreml": "convert for the declared release: set the coreml target's options "
+              "deployment_target (coremltools' minimum_deployment_target) to it or older, or "
+              "declare the release the device really has (profile runtimes.coreml)",
 }
 
 _DISAGREES = ("the declared release computes other outputs than the host's run of the same "
@@ -100,27 +106,45 @@ def prepare(profile: Any, targets: list[tuple[Any, Any]], profile_path: Path,
     return envs
 
 
+# (spec, options) -> TargetResult: convert and validate one target again (stages.py)
+Redo = Callable[[Any, Any], Any]
+
+
 def check_results(results: list[Any], profile: Any, envs: dict[str, runtime_env.RuntimeEnv],
-                  x: np.ndarray, verify: bool, events: Events) -> None:
+                  x: np.ndarray, verify: bool, events: Events, *,
+                  targets: list[tuple[Any, Any]] | None = None, redo: Redo | None = None
+                  ) -> None:
     """Check every validated artifact; a target that fails is marked failed with the table
-    (the others are untouched). ``x``: the recorded validation tensors."""
+    (the others are untouched). ``x``: the recorded validation tensors; ``targets`` (the
+    resolved (spec, options) pairs) and ``redo`` let a retry convert a target again with
+    one option changed (Core ML's deployment target)."""
     todo = [r for r in results if r.status == "ok" and r.artifact is not None
             and runtime_compat.declared(r.spec.format.value, profile.runtimes)]
     if not todo:
         return
     with events.stage("runtime check", "static" + (" + run on the declared releases"
                                                    if verify else " op-version check")):
+        options = {spec.name: opts for spec, opts in targets or []}
         for r in todo:
-            _check_result(r, profile, envs, x, verify, events)
+            again = _Again(options.get(r.spec.name), redo)
+            _check_result(r, profile, envs, x, verify, events, again)
+
+
+@dataclass
+class _Again:
+    """What a retry needs to convert one target again: its options and the converter."""
+
+    options: Any = None
+    redo: Redo | None = None
 
 
 def _check_result(r: Any, profile: Any, envs: dict[str, runtime_env.RuntimeEnv],
-                  x: np.ndarray, verify: bool, events: Events) -> None:
+                  x: np.ndarray, verify: bool, events: Events, again: _Again) -> None:
     runtime = runtime_compat.declared(r.spec.format.value, profile.runtimes)
     try:
         outcome = _check(r.spec, r.artifact, runtime, envs.get(r.spec.format.value), x, verify)
         if outcome.status not in ("ok", "not checked"):
-            outcome = _retry(r, outcome, envs, x, verify, events)
+            outcome = _retry(r, outcome, envs, x, verify, events, again)
     except EdgesmithError as e:  # the release cannot even read the file: this target fails
         r.status, r.message = "failed", f"{r.spec.name}: runtime check: {e.message()}"
         r.runtime_check = {"runtime": runtime, "status": "error", "detail": e.what}
@@ -180,9 +204,11 @@ def _options(artifact: Artifact) -> dict[str, Any]:
 
 
 def _retry(r: Any, failed: Outcome, envs: dict[str, runtime_env.RuntimeEnv], x: np.ndarray,
-           verify: bool, events: Events) -> Outcome:
+           verify: bool, events: Events, again: _Again) -> Outcome:
     """Once, the format's knob for older ops; the result replaces the artifact only when
     it passes the same checks and the host still computes the same outputs with it."""
+    if r.spec.format.value == "coreml":
+        return _retry_coreml(r, failed, again, events)
     env = envs.get(r.spec.format.value)
     if r.spec.format.value != "onnx" or env is None:
         return failed
@@ -228,3 +254,48 @@ def _older_onnx(src: Path, dst: Path, opset: int, ir: int, x: np.ndarray) -> str
         dst.unlink(missing_ok=True)
         return "the converted model computes other outputs on the host"
     return ""
+
+
+def _retry_coreml(r: Any, failed: Outcome, again: _Again, events: Events) -> Outcome:
+    """The target converted again with ``deployment_target`` = the declared release (the
+    spec version follows from it). The first artifact is kept aside and put back unless
+    the new one converts, validates and passes the static check."""
+    if again.redo is None or again.options is None or not failed.static.findings:
+        return failed
+    what = f"converted again with deployment_target {failed.runtime} " \
+           "(coremltools minimum_deployment_target)"
+    try:
+        options = type(again.options).model_validate(
+            {**again.options.model_dump(), "deployment_target": failed.runtime})
+    except ValueError as e:  # pydantic: a release the option does not take, w8a8 pre-iOS17
+        msg = e.errors()[0]["msg"] if hasattr(e, "errors") else str(e)
+        failed.retried = f"{what}: not possible: {msg[:200]}"
+        return failed
+    out_dir = r.artifact.path.parent
+    kept = out_dir.with_name(f".{out_dir.name}.before-retry")
+    shutil.rmtree(kept, ignore_errors=True)
+    os.rename(out_dir, kept)
+    with capture.to_log(out_dir.parent.parent / "logs" / f"{r.spec.name}.log"):
+        new = again.redo(r.spec, options)  # converters' prints to the target's log
+    outcome = _check(r.spec, new.artifact, failed.runtime, None, np.empty(0), False) \
+        if new.status == "ok" else None
+    if outcome is not None and outcome.status == "ok":
+        shutil.rmtree(kept)
+        spec_version = new.artifact.meta.get("spec", {}).get("spec_version")
+        outcome.retried = f"{what}: spec {spec_version}"
+        r.artifact, r.validation = new.artifact, new.validation
+        events.warn(f"{r.spec.name}: {outcome.retried}")
+        return outcome
+    _put_back(out_dir, kept, new)
+    why = (new.message.split(": ", 1)[-1] if outcome is None else
+           "still " + "; ".join(f.text() for f in outcome.static.findings))
+    failed.retried = f"{what}: {why}"[:400]
+    return failed
+
+
+def _put_back(out_dir: Path, kept: Path, new: Any) -> None:
+    """The first artifact back where it was; whatever the retry wrote removed."""
+    shutil.rmtree(out_dir, ignore_errors=True)
+    if new.status == "rejected" and new.artifact is not None:  # moved to rejected/<name>
+        shutil.rmtree(out_dir.parent.parent / "rejected" / out_dir.name, ignore_errors=True)
+    os.rename(kept, out_dir)

@@ -65,3 +65,45 @@ def test_static_check_alone_names_nothing_when_the_artifact_fits(
     check = json.loads((out / "manifest.json").read_text())["targets"][0]["runtime_check"]
     assert check["status"] == "ok" and check["static"]["status"] == "ok"
     assert check["dynamic"] is None and "retried" not in check
+
+
+def _ios_profile(tmp_path: Path, ios: int) -> Path:
+    """The iphone-15 profile's two Core ML targets, declared for an older iOS."""
+    path = tmp_path / "phone.yaml"
+    path.write_text(f"""
+name: phone
+device: {{name: phone, arch: arm64-apple, ram_mb: 6144, accelerator: ane, os: ios}}
+targets:
+  - {{format: coreml, precision: fp16}}
+  - {{format: coreml, precision: int8}}
+runtimes:
+  coreml: {{ios: {ios}}}
+""")
+    return path
+
+
+@pytest.mark.slow
+def test_coreml_above_the_declared_ios_is_converted_again_for_it_or_refused_naming_the_spec(
+        cli, tmp_path, digits_ckpt):
+    """Converted by default for iOS16 (spec 7), which iOS15 (spec 6) cannot load: the fp16
+    program converts again with minimum_deployment_target iOS15 and ships at spec 6; the
+    weight-only int8 one cannot (its constexpr dequantize ops need iOS16) and the target
+    fails with the spec version, iOS15's maximum and the fix."""
+    out = tmp_path / "out"
+    r = cli("convert", digits_ckpt, "--arch", DIGITS_ARCH, "--profile",
+            _ios_profile(tmp_path, 15), "--out", out)
+    assert r.code == 4, r.out + r.err
+    text = " ".join((r.out + r.err).split())
+    assert "coreml-int8 on iOS15: op missing" in text
+    assert "static: Core ML spec version 7 (specificationVersion): max 6" in text
+    assert "minimum_deployment_target" in text and "Traceback" not in text
+    targets = {t["name"]: t for t in json.loads((out / "manifest.json").read_text())["targets"]}
+    fp16, int8 = targets["coreml-fp16"], targets["coreml-int8"]
+    assert fp16["status"] == "ok" and fp16["runtime_check"]["status"] == "ok"
+    assert "deployment_target iOS15" in fp16["runtime_check"]["retried"]
+    assert fp16["meta"]["deployment_target"] == "iOS15"
+    assert fp16["meta"]["spec"]["spec_version"] == 6
+    assert int8["status"] == "failed" and int8["runtime_check"]["status"] == "op missing"
+    assert "still Core ML spec version 7" in int8["runtime_check"]["retried"]
+    assert int8["meta"]["spec"]["spec_version"] == 7  # the first conversion, put back
+    assert not list((out / "targets").glob(".*before-retry"))
