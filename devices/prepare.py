@@ -3,22 +3,98 @@ format) and, where the format builds here for the device (the C target with a
 ``cross_cc``, or ``--prebuilt-c``), the files of that build instead of the artifact's.
 
 Done before any device is contacted: a bad option or a compiler problem is one clear
-error, not one per device. One build per target and recipe, shared by the devices.
+error, not one per device. One build per target and recipe, shared by the devices. An
+image-folder build's raw validation frames (``bench_data.frames``) and its preprocess
+spec are checked here too.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
-from pathlib import Path
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePosixPath
+from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
+from edgesmith.errors import UsageError
+from edgesmith.profiles.schema import Preprocess
 from edgesmith.target import Target
 
 from . import formats
-from .build_folder import BenchTarget, Build
+from .build_folder import REBUILD, BenchTarget, Build, inside
 from .device import Device
+
+FRAME_CHANNELS = 3
+
+
+@dataclass(frozen=True)
+class Frames:
+    """The build's raw validation frames: the index, the raw file it names, and the spec
+    (manifest ``data.preprocess``) every device applies to them."""
+
+    index: Path
+    data: Path
+    spec: dict[str, Any]
+
+
+def _frames_problem(doc: Any) -> str | None:
+    """Why a frames index cannot be read, or None."""
+    if not isinstance(doc, dict):
+        return "is not a JSON object"
+    runs, labels, name = doc.get("runs"), doc.get("labels"), doc.get("data")
+    if not isinstance(name, str) or PurePosixPath(name).name != name or name in ("", ".", ".."):
+        return f"data {name!r} is not a file name beside the index"
+    if not isinstance(runs, list) or not all(
+            isinstance(r, list) and len(r) == 3 and all(type(v) is int and v > 0 for v in r)
+            for r in runs):
+        return "runs is not [[count, height, width], ...] of positive whole numbers"
+    if not isinstance(labels, list) or not all(type(v) is int and v >= 0 for v in labels):
+        return "labels is not a list of class numbers"
+    if len(labels) != sum(r[0] for r in runs):
+        return f"has {len(labels)} labels for {sum(r[0] for r in runs)} frames"
+    return None
+
+
+def _spec(manifest: dict[str, Any], where: Path) -> dict[str, Any]:
+    """The build's preprocess spec (``data.preprocess``), as every implementation reads it."""
+    raw = (manifest.get("data") or {}).get("preprocess")
+    keys = Preprocess.model_fields
+    try:
+        spec = Preprocess.model_validate({k: v for k, v in (raw or {}).items() if k in keys})
+    except (ValidationError, AttributeError) as e:
+        raise UsageError(f"data.preprocess cannot be read: {e}", where=str(where),
+                         fix=REBUILD) from None
+    if raw is None:
+        raise UsageError("bench_data.frames is set but data.preprocess is not",
+                         where=str(where), fix=REBUILD)
+    return spec.model_dump(mode="json")
+
+
+def frames(build: Build) -> Frames | None:
+    """The build's raw frames and spec, checked before any upload (a broken index or a
+    frames file of the wrong size is exit 2 naming it); None when the build has none."""
+    rel = (build.manifest.get("bench_data") or {}).get("frames")
+    if rel is None:
+        return None
+    manifest = build.root / "manifest.json"
+    index = inside(build.root, rel, "bench_data.frames", manifest)
+    try:
+        doc = json.loads(index.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise UsageError(f"cannot read the frames index: {e}", where=str(index),
+                         fix=REBUILD) from None
+    problem = _frames_problem(doc)
+    if problem:
+        raise UsageError(f"the frames index {problem}", where=str(index), fix=REBUILD)
+    data = inside(index.parent, doc["data"], "frames data", index)
+    want = sum(n * h * w * FRAME_CHANNELS for n, h, w in doc["runs"])
+    have = data.stat().st_size if data.is_file() else None
+    if have != want:
+        raise UsageError(f"{data.name} is {'missing' if have is None else f'{have} bytes'}; "
+                         f"the index lists {want} bytes of frames", where=str(data),
+                         fix=REBUILD)
+    return Frames(index, data, _spec(build.manifest, manifest))
 
 
 def _threads(target: Target, options: BaseModel) -> int:
@@ -31,6 +107,7 @@ def per_device(build: Build, devices: list[Device], force_prebuild: bool | None,
                scratch: Path) -> dict[str, list[BenchTarget]]:
     """{device name: its targets}, built here where the format says so (``force_prebuild``:
     --prebuilt-c / --no-prebuilt-c, None when not given)."""
+    frames(build)  # a broken frames index: one clear error before any device is contacted
     built: dict[tuple[str, str], tuple[Path, list[str]]] = {}
     out: dict[str, list[BenchTarget]] = {}
     for device in devices:

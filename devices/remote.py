@@ -19,7 +19,9 @@ it, and every loader, stays Python 3.8 compatible: no ``match``, no ``X | Y`` ty
         with --stop-on-eof it stops, with everything it started, when its stdin closes;
         with --power-sweep PLAN --sysfs-root /sys --restore-dir .. it measures again under
         each cpufreq governor, a few frequencies and the profile's duty cycle, with energy
-        per inference where a sensor exists, and puts cpufreq back (see "power sweep")
+        per inference where a sensor exists, and puts cpufreq back (see "power sweep");
+        with --frames data/bench_frames.json --preprocess SPEC it also scores the build's
+        raw validation frames, preprocessed on the device (remote_preprocess.py)
 
 ``--stop-on-eof`` is how an interrupted or dropped ``edgesmith bench`` stops work on the
 device: closing the SSH channel closes the command's stdin. Signals are no substitute:
@@ -272,6 +274,9 @@ def bench_python(args, result, samples, sample_shape, references, mod):
     feeds = [prepare(s) for s in samples]
     outputs = [to_list(run(f)) for f in feeds]  # the parity pass doubles as first warm-up
     result["parity"] = parity(outputs, references)
+    if args.frames:  # the build's raw frames, preprocessed here: top-1 against their labels
+        result["accuracy"] = frames_accuracy(
+            lambda: preprocessing().accuracy_python(args, prepare, run, to_list, sample_shape))
     for i in range(args.warmup):
         run(feeds[i % len(feeds)])
     energy0 = read_energy_uj(args.energy_root)
@@ -454,6 +459,22 @@ def power():
     return namespace("part", "power", PART_SOURCES)
 
 
+def preprocessing():
+    """The declared-preprocessing part (devices/remote_preprocess.py), compiled once."""
+    return namespace("part", "preprocess", PART_SOURCES)
+
+
+def frames_accuracy(score):
+    """``score()``'s figures, or what stopped it: a frame the spec or the model cannot
+    take is a finding beside the latency, not a reason to lose it."""
+    try:
+        return score()
+    except DeadlineExceeded:
+        raise
+    except Exception as e:  # noqa: BLE001  reported as data, with its type
+        return {"top1": None, "error": f"{type(e).__name__}: {e}"}
+
+
 def sweep_measure(mod, args, deadline):
     """A self-measuring loader's sweep point (``sweep_point``), or None if it has none."""
     point = getattr(mod, "sweep_point", None)
@@ -598,6 +619,11 @@ def parse(argv):
     b.add_argument("--restore-dir", default=None,
                    help="where a sweep records what to put back (and where leftovers of a "
                         "killed sweep are looked for at start)")
+    b.add_argument("--frames", default=None, metavar="INDEX.json",
+                   help="the build's raw validation frames (data/bench_frames.json): each is "
+                        "preprocessed by --preprocess and scored top-1 against its label")
+    b.add_argument("--preprocess", type=json.loads, default=None, metavar="JSON",
+                   help="the build's preprocess spec (manifest data.preprocess), for --frames")
     b.add_argument("--stop-on-eof", action="store_true",
                    help="stop, with everything started, when stdin closes (the SSH "
                         "channel or the local pipe of edgesmith bench)")
@@ -637,7 +663,7 @@ API = types.SimpleNamespace(
     remaining=remaining, read_energy_uj=read_energy_uj, write_raw=write_raw,
     read_raw=read_raw, last_json_line=last_json_line, self_peak_rss_mb=self_peak_rss_mb,
     period_runs=period_runs, kill_everything=kill_everything, latency_figures=latency_figures,
-    rapl_zones=rapl_zones)
+    rapl_zones=rapl_zones, preprocessing=preprocessing, frames_accuracy=frames_accuracy)
 
 # format -> loader source and part -> source; empty in devices/remote.py itself, filled in
 # the uploaded copy

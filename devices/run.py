@@ -22,6 +22,7 @@ from edgesmith.errors import DeviceError, EdgesmithError
 from .build_folder import BenchTarget, Build
 from .device import BenchEvents, Device, safe_name
 from .merge import device_record
+from .prepare import Frames, frames
 from .remote import last_json_line  # the device script's own reader: one parser of its output
 from .script import REMOTE_NAME
 from .transport import Transport
@@ -30,6 +31,7 @@ LOCAL_TIMEOUT_S = 600.0
 GRACE_S = 15.0  # the SSH timeout backs up the script's own deadline by this much
 CANCEL_CLEANUP_S = 10.0  # after Ctrl-C: at most this long to stop remote work and clean up
 SWEEP_FREQUENCIES = 3  # frequencies a power sweep tries: lowest, middle, highest
+FRAMES_INDEX = "data/bench_frames.json"  # where the frames index lands on the device
 
 
 def _budget_ms(device: Device, build: Build) -> float | None:
@@ -68,9 +70,12 @@ def _power_argv(plan: dict[str, Any] | None) -> list[str]:
     return argv
 
 
-def _uploads(build: Build, targets: list[BenchTarget], script: Path) -> list[tuple[Path, str]]:
+def _uploads(build: Build, targets: list[BenchTarget], script: Path,
+             raw: Frames | None = None) -> list[tuple[Path, str]]:
     items = [(script, REMOTE_NAME), (build.input, "data/bench_input.npy"),
              (build.reference, "data/bench_reference.npy")]
+    if raw is not None:  # the index names its data file by its name, beside it
+        items += [(raw.index, FRAMES_INDEX), (raw.data, f"data/{raw.data.name}")]
     for t in targets:
         items += [(t.folder / f, f"targets/{t.name}/{f}") for f in t.files]
     return items
@@ -101,6 +106,7 @@ class DeviceRun:
         self.targets, self.script = targets, script
         self.exec_wrapper = list(exec_wrapper or [])
         self.power = power  # the sweep plan (power_plan), None: no sweep
+        self.frames = frames(build)  # raw val frames + spec: scored on the device too
         self.runs, self.warmup, self.keep, self.events = runs, warmup, keep, events
         self.timeout = device.ssh.command_timeout_s if device.ssh else LOCAL_TIMEOUT_S
         self.out = build.root / "bench" / device.file_name
@@ -183,7 +189,7 @@ class DeviceRun:
 
     async def _upload(self) -> None:
         t0 = time.perf_counter()
-        items = _uploads(self.build, self.targets, self.script)
+        items = _uploads(self.build, self.targets, self.script, self.frames)
         index = _file_index(items)
         total = 0
         for local, rel in items:
@@ -223,6 +229,9 @@ class DeviceRun:
                 "--threads", str(target.threads),
                 "--options", json.dumps(target.options, sort_keys=True),
                 "--timeout", f"{self.timeout:g}", "--stop-on-eof", *_power_argv(self.power)]
+        if self.frames is not None:
+            argv += ["--frames", FRAMES_INDEX,
+                     "--preprocess", json.dumps(self.frames.spec, sort_keys=True)]
         if target.weights:
             argv += ["--weights", target.weights]
         if target.prebuilt:

@@ -26,7 +26,7 @@ from edgesmith.profiles.schema import TargetSpec
 from edgesmith.target import ConvertContext, Target
 from edgesmith.versions import tool_versions
 
-from . import cache, registry, validate
+from . import bench_frames, cache, registry, validate
 from .data import Splits, check_labels
 from .metrics import Metric
 from .model import LoadedModel, check_input, pack_outputs
@@ -201,6 +201,9 @@ def _cache_key(target: Target, ctx: ConvertContext) -> str:
         "code": cache.code_hash(target),
         # the C target compiles the power: block into model.h (ES_POWER_*)
         "power": ctx.profile.power.model_dump(mode="json") if ctx.profile else None,
+        # ... and the preprocess: block into model.h (ES_PREPROCESS_SPEC)
+        "preprocess": getattr(ctx.profile, "preprocess", None) and
+        ctx.profile.preprocess.model_dump(mode="json"),
     })
 
 
@@ -320,7 +323,8 @@ def write_bench_data(root: Path, splits: Splits, ref: Reference) -> dict[str, st
     n = min(BENCH_SAMPLES, len(splits.val_x))
     np.save(data / "bench_input.npy", splits.val_x[:n])
     np.save(data / "bench_reference.npy", ref.outputs[:n])
-    return {"input": "data/bench_input.npy", "reference": "data/bench_reference.npy"}
+    return {"input": "data/bench_input.npy", "reference": "data/bench_reference.npy",
+            **bench_frames.write(data, splits)}  # an image folder's raw val frames
 
 
 def _ram_problem(artifact: Artifact, ram_mb: int) -> str | None:

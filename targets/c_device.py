@@ -4,7 +4,9 @@ built on the host, ``--prebuilt``), then run ``edgesmith_bench``, run by the ben
 Embedded, not imported, there (``devices/script.py``): standard library only, Python 3.8
 compatible, no numpy (a board with a compiler and nothing else can bench C); ``rt`` is the
 script's helper API. This loader measures by itself (``bench``) rather than handing the
-script a ``run`` to time: the timed loop is the C harness's own.
+script a ``run`` to time: the timed loop is the C harness's own. Given the build's raw
+frames (``--frames``), it scores them through the harness's own preprocessing
+(``edgesmith_bench --frames``: es_preprocess_u8 with model.h's spec), not the script's.
 """
 
 import os
@@ -99,6 +101,44 @@ def sweep_point(args, setting, meter, deadline, rt):
                 energy_window="the harness process: start, warm-up and timed runs")
 
 
+def _frames_run(base, folder, n, h, w, data, labels, deadline, rt):
+    """The harness's --frames mode on one run of same-sized frames: its JSON line."""
+    raw, txt = os.path.join(folder, ".frames.raw"), os.path.join(folder, ".labels.txt")
+    with open(raw, "wb") as f:
+        f.write(data)
+    with open(txt, "w") as f:
+        f.write("\n".join(str(v) for v in labels) + "\n")
+    code, out, err, _ = rt.run_child(
+        base + ["--frames", raw, "--frame-hw", str(h), str(w), "--labels", txt],
+        folder, rt.remaining(deadline), raw + ".log")
+    doc = rt.last_json_line(out) if code == 0 else None
+    if code == 2 and "usage" in err:
+        raise RuntimeError("this edgesmith_bench has no --frames: rebuild the C target with "
+                           "an edgesmith that has it")
+    if doc is None or doc.get("frames") != n:
+        raise RuntimeError(f"edgesmith_bench --frames failed (exit {code}): "
+                           f"{(err or out).strip()[-300:]}")
+    return doc
+
+
+def frames_accuracy(args, base, folder, deadline, rt):
+    """Top-1 on the build's raw frames, preprocessed by the harness itself (es_preprocess_u8
+    with model.h's ES_PREPROCESS_SPEC): one harness run per run of same-sized frames."""
+    part = rt.preprocessing()
+    index = part.read_index(args.frames)
+    correct = frames = 0
+    pre_ms = 0.0
+    for n, h, w, data, labels in part.frame_runs(index):
+        doc = _frames_run(base, folder, n, h, w, data, labels, deadline, rt)
+        correct += doc["correct"]
+        frames += n
+        pre_ms += doc["preprocess_ms"] * n
+    figures = part.figures(correct, frames, index,
+                           "C harness (es_preprocess_u8, model.h's ES_PREPROCESS_SPEC)")
+    figures["preprocess_ms"] = pre_ms / frames if frames else None
+    return figures
+
+
 def bench(args, result, samples, sample_shape, references, deadline, rt):
     t0 = time.perf_counter()
     folder = os.path.abspath(args.model)
@@ -121,6 +161,9 @@ def bench(args, result, samples, sample_shape, references, deadline, rt):
             raise RuntimeError(f"edgesmith_bench failed (exit {code}): {err.strip()}")
         outputs.append(rt.read_raw(out_raw))
     result["parity"] = rt.parity(outputs, references)
+    if args.frames:  # the build's raw frames through the harness's own preprocessing
+        result["accuracy"] = rt.frames_accuracy(
+            lambda: frames_accuracy(args, base, folder, deadline, rt))
     rt.write_raw(in_raw, samples[0])
     energy0 = rt.read_energy_uj(args.energy_root)
     code, out, err, peak = rt.run_child(

@@ -5,6 +5,8 @@
  *                   [--warmup W] [--profile] [--trace] [--sysfs ROOT]
  *                   [--slice K] [--run-us U] [--sleep-us S] [--period-ms P]
  *                   [--governor NAME] [--no-power]
+ *   edgesmith_bench [--weights F] --frames frames.u8 --frame-hw H W [--labels L]
+ *                   [--output out.raw]
  *
  * Input: every model input back to back, raw little-endian float32 in the model's layout;
  * output likewise. Memory: arena and I/O buffers are static; no allocation at all.
@@ -23,7 +25,14 @@
  *   --governor NAME  the cpufreq governor of every CPU for the timed runs, restored after
  *   --trace  adds "trace": when each step of the first timed run started and ended
  * Energy comes from RAPL or hwmon under --sysfs (es_energy_open); where neither can be
- * read, the figures are null and "energy_unavailable" says why - never a made-up figure. */
+ * read, the figures are null and "energy_unavailable" says why - never a made-up figure.
+ *
+ * Frames (a model.h with ES_PREPROCESS_SPEC, i.e. a profile with a preprocess: block):
+ * --frames F holds raw H x W x 3 uint8 RGB frames back to back (--frame-hw H W); each
+ * goes through es_preprocess_u8 with model.h's spec, then the model, one at a time (no
+ * timing, no power schedule). --output gets every frame's outputs back to back; --labels
+ * (whitespace-separated class numbers, one per frame) adds the top-1 count of output 0.
+ * The JSON line: frames, correct, top1, preprocess_ms (mean per frame). */
 #if !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200112L
 #endif
@@ -52,6 +61,8 @@ static double lat_ms[ES_BENCH_MAX_RUNS];
 /* what the command line asked for */
 typedef struct {
     const char *weights, *input, *output, *sysfs, *governor;
+    const char *frames, *labels; /* --frames mode */
+    int frame_h, frame_w;        /* --frame-hw */
     int runs, warmup, profile, trace;
     es_duty duty;       /* slicing: --slice, --run-us, --sleep-us */
     uint32_t period_us; /* --period-ms: one inference per period; 0 = back to back */
@@ -164,8 +175,10 @@ static int usage(const char *argv0) {
     fprintf(stderr, "usage: %s [--weights F] [--input in.raw] [--output out.raw] "
                     "[--runs N>=1] [--warmup W>=0] [--profile] [--trace] [--sysfs ROOT] "
                     "[--slice K>=0] [--run-us U>=0] [--sleep-us S>=0] [--period-ms P>=0] "
-                    "[--governor NAME] [--no-power]\n",
-            argv0);
+                    "[--governor NAME] [--no-power]\n"
+                    "       %s [--weights F] --frames F --frame-hw H W [--labels L] "
+                    "[--output out.raw]\n",
+            argv0, argv0);
     return 2;
 }
 
@@ -229,12 +242,22 @@ static int parse_flag(int argc, char **argv, int *i, bench_args *a) {
     }
     if (strcmp(flag, "--no-power") == 0) return 0; /* applied before the other flags */
     if (!value) return -1;
+    if (strcmp(flag, "--frame-hw") == 0) { /* two values: H W */
+        if (*i + 2 >= argc || parse_number(flag, value, 1, 65535, &num) != 0) return -1;
+        a->frame_h = (int)num;
+        if (parse_number(flag, argv[*i + 2], 1, 65535, &num) != 0) return -1;
+        a->frame_w = (int)num;
+        *i += 2;
+        return 0;
+    }
     ++*i;
     if (strcmp(flag, "--weights") == 0) a->weights = value;
     else if (strcmp(flag, "--input") == 0) a->input = value;
     else if (strcmp(flag, "--output") == 0) a->output = value;
     else if (strcmp(flag, "--sysfs") == 0) a->sysfs = value;
     else if (strcmp(flag, "--governor") == 0) a->governor = value;
+    else if (strcmp(flag, "--frames") == 0) a->frames = value;
+    else if (strcmp(flag, "--labels") == 0) a->labels = value;
     else if (strcmp(flag, "--period-ms") == 0) return parse_period(value, &a->period_us);
     else if (strcmp(flag, "--runs") == 0 && parse_number(flag, value, 1, INT_MAX, &num) == 0)
         a->runs = (int)num;
@@ -262,6 +285,10 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     for (i = 1; i < argc; ++i)
         if (parse_flag(argc, argv, &i, a) != 0) return -1;
     if (a->runs > ES_BENCH_MAX_RUNS) a->runs = ES_BENCH_MAX_RUNS; /* the JSON line says how many */
+    if ((a->frames != NULL) != (a->frame_h > 0)) {
+        fprintf(stderr, "error: --frames and --frame-hw H W go together\n");
+        return -1;
+    }
     return 0;
 }
 
@@ -347,6 +374,151 @@ static int write_output(es_model *m, const bench_args *a) {
     }
     return 0;
 }
+
+/* ---- --frames: raw camera frames through model.h's preprocess spec ---- */
+#ifdef ES_PREPROCESS
+#ifndef ES_BENCH_MAX_FRAME_BYTES
+#define ES_BENCH_MAX_FRAME_BYTES (3840u * 2160u * 3u) /* one 4K frame */
+#endif
+static uint8_t frame_buf[ES_BENCH_MAX_FRAME_BYTES];
+static float pre_buf[ES_INPUT0_ELEMS]; /* es_preprocess_u8's output (float-aligned) */
+
+/* es_preprocess_u8's output as the model's input 0: float32 as is, uint8/int8 widened to
+ * float for a float input (the build fed the model float32), or copied for a byte input */
+static int to_input(const es_preprocess_spec *spec) {
+    size_t k;
+    if (ES_INPUT0_BYTES == ES_INPUT0_ELEMS * sizeof(float)) {
+        float *in = (float *)(void *)pre_buf;
+        if (spec->dtype == ES_PRE_U8)
+            for (k = ES_INPUT0_ELEMS; k-- > 0;) in[k] = (float)((const uint8_t *)pre_buf)[k];
+        else if (spec->dtype == ES_PRE_I8)
+            for (k = ES_INPUT0_ELEMS; k-- > 0;) in[k] = (float)((const int8_t *)pre_buf)[k];
+    } else if (ES_INPUT0_BYTES != ES_INPUT0_ELEMS || spec->dtype == ES_PRE_F32) {
+        fprintf(stderr, "error: --frames: the spec's dtype does not fit input 0 (%u bytes for "
+                        "%u values)\n", (unsigned)ES_INPUT0_BYTES, (unsigned)ES_INPUT0_ELEMS);
+        return -1;
+    }
+    memcpy(in_buf[0], pre_buf, ES_INPUT0_BYTES);
+    return 0;
+}
+
+/* the index of the largest value of output 0 (the first, on a tie) */
+static long top_class(const es_model *m) {
+    const void *out = es_output_ptr(m, 0);
+    const int is_float = ES_OUTPUT0_BYTES == ES_OUTPUT0_ELEMS * sizeof(float);
+    long k, best = 0;
+    for (k = 1; k < (long)ES_OUTPUT0_ELEMS; ++k) {
+        const double v = is_float ? ((const float *)out)[k] : ((const int8_t *)out)[k];
+        const double b = is_float ? ((const float *)out)[best] : ((const int8_t *)out)[best];
+        if (v > b) best = k;
+    }
+    return best;
+}
+
+/* the frame count of a --frames file of frame_bytes-sized frames; -1 (said why) if the
+ * file cannot be read or is not whole frames */
+static long frame_count(FILE *f, const char *path, size_t frame_bytes) {
+    long size;
+    if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fprintf(stderr, "error: cannot read %s\n", path);
+        return -1;
+    }
+    if ((size_t)size % frame_bytes != 0) {
+        fprintf(stderr, "error: %s is %ld bytes, not a whole number of %lu-byte frames "
+                        "(--frame-hw and 3 channels of uint8)\n", path, size,
+                (unsigned long)frame_bytes);
+        return -1;
+    }
+    return (long)((size_t)size / frame_bytes);
+}
+
+/* --frames: checks, then one frame after another; prints the JSON line */
+static int frames_mode(es_model *m, const bench_args *a) {
+    static const es_preprocess_spec spec = ES_PREPROCESS_SPEC;
+    const size_t frame_bytes = (size_t)a->frame_h * (size_t)a->frame_w * 3u;
+    es_duty plain;
+    FILE *f, *lf = NULL, *of = NULL;
+    long n, i, label, correct = 0;
+    uint64_t pre_ns = 0;
+    int oh = 0, ow = 0, rc = 0;
+    memset(&plain, 0, sizeof plain);
+    if (ES_NUM_INPUTS != 1 || frame_bytes > ES_BENCH_MAX_FRAME_BYTES ||
+        es_preprocess_out_hw(&spec, a->frame_h, a->frame_w, &oh, &ow) != ES_PRE_OK ||
+        (size_t)oh * (size_t)ow * 3u != ES_INPUT0_ELEMS) {
+        fprintf(stderr, "error: --frames: a %dx%d frame preprocessed by model.h's spec is "
+                        "%dx%dx3 values (0x0: it does not fit the spec, or is over "
+                        "ES_BENCH_MAX_FRAME_BYTES); the model's one input takes %u values\n",
+                a->frame_h, a->frame_w, oh, ow, (unsigned)ES_INPUT0_ELEMS);
+        return 2;
+    }
+    f = fopen(a->frames, "rb");
+    if (!f) {
+        fprintf(stderr, "error: cannot open %s: %s\n", a->frames, strerror(errno));
+        return 1;
+    }
+    n = frame_count(f, a->frames, frame_bytes);
+    if (n >= 0 && a->labels && !(lf = fopen(a->labels, "r"))) {
+        fprintf(stderr, "error: cannot open %s: %s\n", a->labels, strerror(errno));
+        n = -1;
+    }
+    if (n >= 0 && a->output && !(of = fopen(a->output, "wb"))) {
+        fprintf(stderr, "error: cannot write %s: %s\n", a->output, strerror(errno));
+        n = -1;
+    }
+    for (i = 0; i < n && rc == 0; ++i) {
+        uint64_t t0;
+        if (fread(frame_buf, 1, frame_bytes, f) != frame_bytes) {
+            fprintf(stderr, "error: %s: frame %ld is cut short\n", a->frames, i);
+            rc = 1;
+            break;
+        }
+        t0 = es_now_ns();
+        rc = es_preprocess_u8(frame_buf, a->frame_h, a->frame_w, &spec, pre_buf);
+        if (rc != ES_PRE_OK || to_input(&spec) != 0) {
+            if (rc != ES_PRE_OK) fprintf(stderr, "error: es_preprocess_u8: %s\n", es_strerror(rc));
+            rc = 1;
+            break;
+        }
+        pre_ns += es_now_ns() - t0;
+        rc = run_once(m, &plain, NULL);
+        if (rc != ES_OK) {
+            fprintf(stderr, "error: run: %s\n", es_strerror(rc));
+            break;
+        }
+        if (of && fwrite(es_output_ptr(m, 0), 1, es_output_bytes[0], of) != es_output_bytes[0]) {
+            fprintf(stderr, "error: cannot write %s\n", a->output);
+            rc = 1;
+        }
+        if (lf && fscanf(lf, "%ld", &label) != 1) {
+            fprintf(stderr, "error: %s: no label for frame %ld (one class number per frame)\n",
+                    a->labels, i);
+            rc = 1;
+        }
+        if (lf && rc == 0) correct += top_class(m) == label;
+    }
+    fclose(f);
+    if (lf) fclose(lf);
+    if (of && fclose(of) != 0 && rc == 0) {
+        fprintf(stderr, "error: cannot write %s\n", a->output);
+        rc = 1;
+    }
+    if (n < 0 || rc != 0) return 1;
+    printf("{\"frames\": %ld, \"frame_hw\": [%d, %d], \"input_hw\": [%d, %d], ", n, a->frame_h,
+           a->frame_w, oh, ow);
+    if (lf) printf("\"correct\": %ld, \"top1\": %.6f", correct, n ? (double)correct / (double)n : 0.0);
+    else printf("\"correct\": null, \"top1\": null");
+    printf(", \"preprocess_ms\": %.6f}\n", n ? (double)pre_ns / 1e6 / (double)n : 0.0);
+    return 0;
+}
+#else
+static int frames_mode(es_model *m, const bench_args *a) {
+    (void)m;
+    (void)a;
+    fprintf(stderr, "error: --frames: this model.h has no ES_PREPROCESS_SPEC (the profile "
+                    "declared no preprocess: block); rebuild with one, or with --preprocess\n");
+    return 2;
+}
+#endif
 
 /* ---- the JSON line ---- */
 static void print_string_or_null(const char *key, const char *text) {
@@ -440,6 +612,11 @@ int main(int argc, char **argv) {
     if (rc != ES_OK) {
         fprintf(stderr, "error: es_init: %s\n", es_strerror(rc));
         return 1;
+    }
+    if (a.frames) {
+        rc = frames_mode(&m, &a);
+        es_deinit(&m);
+        return rc;
     }
     if (a.output && write_output(&m, &a) != 0) return 1;
     memset(&st, 0, sizeof st);
