@@ -99,8 +99,7 @@ class CTarget(Target):
         kw = dict(precision=precision, embedded=opts.weights == "embedded", cc=opts.cc,
                   cflags=opts.cflags, ldflags=opts.ldflags, alignment=opts.alignment,
                   name=getattr(ctx.profile, "name", "model"), deploy_cc=opts.cross_cc,
-                  deploy_cflags=opts.cross_cflags, requant=opts.requant, power=power,
-                  preprocess=getattr(ctx.profile, "preprocess", None))  # model.h's spec
+                  deploy_cflags=opts.cross_cflags, requant=opts.requant, power=power)
         ctx.log(f"c: lowering {src} ({precision}, {source})")
         try:
             gen = codegen.from_onnx(src, out, **kw)
@@ -115,6 +114,7 @@ class CTarget(Target):
                 f"{e.what})"
             gen = codegen.from_onnx(src, out, **kw)
         run.build(out, log=ctx.log)
+        host = _HostBuild(out, built=True)  # the runner's binary: this build, not a second
         meta: dict[str, Any] = {**gen.plan.figures(), "weights_bytes": gen.weights_bytes,
                                 "weights": opts.weights, "cc": opts.cc, "cflags": opts.cflags,
                                 "source_onnx": src.name, "steps": _steps(out),
@@ -140,7 +140,9 @@ class CTarget(Target):
                                                  opts.cross_cflags).figures())
             meta["cross_cc"] = opts.cross_cc
         _clean(out)
-        return Artifact.of(out, self.format, precision, **meta)
+        artifact = Artifact.of(out, self.format, precision, **meta)
+        _BUILDS[_build_key(artifact)] = host
+        return artifact
 
     # -- run -------------------------------------------------------------------------------
     def runner(self, artifact: Artifact) -> Runner | None:
@@ -216,9 +218,11 @@ class CTarget(Target):
 
 class _HostBuild:
     """One host build of an artifact, in a temp folder removed when the object dies (or at
-    exit): runner and latency share it, and nothing is left in /tmp."""
+    exit): runner and latency share it, and nothing is left in /tmp. ``built``: ``folder``
+    holds the objects and binary of a host build with the Makefile's own flags (what
+    ``convert`` just compiled), copied instead of compiled again."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, built: bool = False):
         import shutil
         import tempfile
         import weakref
@@ -229,7 +233,8 @@ class _HostBuild:
         self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.dir), True)
         try:
             shutil.copytree(folder, self.dir, dirs_exist_ok=True)
-            run.build(self.dir)
+            if not (built and (self.dir / "edgesmith_bench").is_file()):
+                run.build(self.dir)
         except BaseException:
             self._finalizer()
             raise
@@ -238,8 +243,12 @@ class _HostBuild:
 _BUILDS: dict[tuple[str, str], _HostBuild] = {}
 
 
+def _build_key(artifact: Artifact) -> tuple[str, str]:
+    return (str(Path(artifact.path).resolve()), artifact.sha256)
+
+
 def _host_build(artifact: Artifact) -> Path:
-    key = (str(Path(artifact.path).resolve()), artifact.sha256)
+    key = _build_key(artifact)
     b = _BUILDS.get(key)
     if b is None or not (b.dir / "edgesmith_bench").exists():
         b = _BUILDS[key] = _HostBuild(Path(artifact.path))
