@@ -99,7 +99,8 @@ class CTarget(Target):
         kw = dict(precision=precision, embedded=opts.weights == "embedded", cc=opts.cc,
                   cflags=opts.cflags, ldflags=opts.ldflags, alignment=opts.alignment,
                   name=getattr(ctx.profile, "name", "model"), deploy_cc=opts.cross_cc,
-                  deploy_cflags=opts.cross_cflags, requant=opts.requant, power=power)
+                  deploy_cflags=opts.cross_cflags, requant=opts.requant, power=power,
+                  preprocess=getattr(ctx.profile, "preprocess", None))  # model.h's spec
         ctx.log(f"c: lowering {src} ({precision}, {source})")
         try:
             gen = codegen.from_onnx(src, out, **kw)
