@@ -44,11 +44,54 @@ SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
 ONNXSIM = "onnxsim"  # onnx2tf's simplifier: an executable from the pip package of that name
 UNROLL_RNN = True  # GRU/LSTM/RNN as unrolled ops, not WHILE loops (see the module docstring)
 
-# Runs in the child: argv[1] is a JSON object of onnx2tf.convert keyword arguments.
+# Runs in the child: argv[1] is a JSON object {"kwargs": onnx2tf.convert keyword arguments,
+# "keep": the onnx2tf variants to write (float32, float16, integer_quant, ...)}.
+# onnx2tf 1.28 has no option to choose its outputs: it always converts float32 and float16,
+# and with INT8 on also dynamic-range, integer, full-integer and two int16-activation
+# models, four of them calibrated on every sample. Each TFLite conversion it does not need
+# is answered with the previous result instead (its file is deleted afterwards), so one run
+# costs the graph conversion, float32 and the INT8 variant(s) asked for.
 _CHILD = """
-import json, sys
+import json, pathlib, sys
+import tensorflow as tf
+from tensorflow.lite.python import lite
 import onnx2tf
-onnx2tf.convert(**json.loads(sys.argv[1]))
+
+args = json.loads(sys.argv[1])
+keep = set(args["keep"])
+last = []
+
+def variant(c):
+    ops = set(c.target_spec.supported_ops)
+    if tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8 in ops:
+        return "int16_act"
+    if c.representative_dataset is not None:
+        io = c.inference_input_type
+        return "full_integer_quant" if io in (tf.int8, tf.uint8) else "integer_quant"
+    if tf.float16 in set(c.target_spec.supported_types):
+        return "float16"
+    return "dynamic_range_quant" if c.optimizations else "float32"
+
+def wrap(cls):
+    real = cls.convert
+    def convert(self):
+        v = variant(self)
+        if last and v not in keep:
+            print(f"edgesmith: skipped onnx2tf's {v} TFLite conversion (not asked for)")
+            return last[-1]
+        out = real(self)
+        last.append(out)
+        return out
+    cls.convert = convert
+
+wrap(lite.TFLiteConverterV2)
+wrap(lite.TFLiteSavedModelConverterV2)
+kwargs = args["kwargs"]
+onnx2tf.convert(**kwargs)
+stem = pathlib.Path(kwargs["input_onnx_file_path"]).stem
+for f in pathlib.Path(kwargs["output_folder_path"]).glob(stem + "_*.tflite"):
+    if f.name[len(stem) + 1:-len(".tflite")] not in keep:
+        f.unlink()
 """
 # onnx2tf's progress lines, in the order it reaches them: the last one in a crashed run's
 # log says which step the crash cut short
@@ -62,10 +105,12 @@ _STEPS = [
 ]
 
 
-def converted(ctx: ConvertContext, *, int8: bool) -> Path:
-    """The folder of onnx2tf's .tflite files for ``ctx.fp32_onnx``. One run writes every
-    variant (fp32, fp16, and int8 when calibrating), so the tflite targets of one build
-    share it through the build's scratch folder."""
+def converted(ctx: ConvertContext, keep: frozenset[str]) -> Path:
+    """The folder of onnx2tf's .tflite files for ``ctx.fp32_onnx``, holding at least the
+    variants in ``keep`` (onnx2tf's file suffixes: ``float32``, ``integer_quant``, ...).
+    One run writes every variant asked for, so the tflite targets of one build share it
+    through the build's scratch folder: the caller asks for all of them at once."""
+    int8 = any("integer" in v for v in keep)
     h = hashlib.sha256(Path(ctx.fp32_onnx).read_bytes())
     h.update(repr(tuple(ctx.spec.shape)).encode())
     base = h.hexdigest()[:16]
@@ -73,14 +118,15 @@ def converted(ctx: ConvertContext, *, int8: bool) -> Path:
     h.update(repr(ctx.calib.per_channel).encode())
     with_int8 = _ensure(ctx.work_dir) / f"onnx2tf-{h.hexdigest()[:16]}-int8"
     float_only = Path(ctx.work_dir) / f"onnx2tf-{base}-float"
+    stem = Path(ctx.fp32_onnx).stem
     for done in ([with_int8] if int8 else [with_int8, float_only]):
-        if (done / "saved_model").is_dir():
+        if all((done / "saved_model" / f"{stem}_{v}.tflite").is_file() for v in keep):
             ctx.log(f"onnx2tf: reusing {done} (same ONNX and calibration set)")
             return done / "saved_model"
     final = with_int8 if int8 else float_only
     work = Path(tempfile.mkdtemp(prefix="onnx2tf-", dir=ctx.work_dir))
     try:
-        _run(ctx, work, int8=int8)
+        _run(ctx, work, keep)
         shutil.rmtree(final, ignore_errors=True)
         (work / "saved_model").rename(_ensure(final) / "saved_model")
     finally:
@@ -134,19 +180,22 @@ def _kwargs(ctx: ConvertContext, work: Path, env: dict[str, str], *, int8: bool)
     return kwargs
 
 
-def _run(ctx: ConvertContext, work: Path, *, int8: bool) -> Path:
-    """Run onnx2tf on ``ctx.fp32_onnx``; returns the folder holding its .tflite files."""
+def _run(ctx: ConvertContext, work: Path, keep: frozenset[str]) -> Path:
+    """Run onnx2tf on ``ctx.fp32_onnx``, writing the variants in ``keep``; returns the
+    folder holding its .tflite files."""
+    int8 = any("integer" in v for v in keep)
     cwd = work / "cwd"
     cwd.mkdir()
     np.save(cwd / SAMPLE_FILE, np.zeros((20, 128, 128, 3), np.float32))
     env = child_env()
     kwargs = _kwargs(ctx, work, env, int8=int8)
-    ctx.log(f"$ onnx2tf {json.dumps(kwargs)}")
+    ctx.log(f"$ onnx2tf {json.dumps(kwargs)} (writing {', '.join(sorted(keep))})")
     stage = f"{FORMAT} conversion (onnx2tf{', int8 calibration' if int8 else ''})"
     ctx.log_path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with ctx.log_path.open("a", encoding="utf-8") as log:
-            proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(kwargs)], cwd=cwd,
+            proc = subprocess.run([sys.executable, "-c", _CHILD,
+                                   json.dumps({"kwargs": kwargs, "keep": sorted(keep)})], cwd=cwd,
                                   env=env, stdout=log, stderr=subprocess.STDOUT,
                                   timeout=ctx.options.timeout_s, check=False)
     except subprocess.TimeoutExpired:

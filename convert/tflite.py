@@ -33,10 +33,10 @@ from edgesmith.target import CompatRule, ConvertContext, Runner, Target
 FORMAT = "tflite"
 # which onnx2tf output file answers which (precision, io)
 _VARIANTS = {
-    ("fp32", "float"): "_float32.tflite",
-    ("fp16", "float"): "_float16.tflite",
-    ("int8", "float"): "_integer_quant.tflite",
-    ("int8", "int8"): "_full_integer_quant.tflite",
+    ("fp32", "float"): "float32",
+    ("fp16", "float"): "float16",
+    ("int8", "float"): "integer_quant",
+    ("int8", "int8"): "full_integer_quant",
 }
 
 # Rules observed with onnx2tf 1.28 + ai-edge-litert 2.3 (tests/convert/test_compat_rules.py
@@ -109,8 +109,8 @@ class TFLiteTarget(Target):
     def convert(self, ctx: ConvertContext) -> Artifact:
         precision = ctx.precision
         io = ctx.options.io if precision == "int8" else "float"
-        produced = _onnx2tf.converted(ctx, int8=precision == "int8")
-        src = produced / (ctx.fp32_onnx.stem + _VARIANTS[(precision, io)])
+        produced = _convert_shared(ctx, precision, io)
+        src = produced / f"{ctx.fp32_onnx.stem}_{_VARIANTS[(precision, io)]}.tflite"
         if not src.is_file():
             raise ConversionError(
                 f"onnx2tf finished but wrote no {src.name}", where=f"{FORMAT} conversion",
@@ -172,6 +172,41 @@ class TFLiteTarget(Target):
         spec["inputs"] = artifact.meta.get("inputs", [])
         spec["outputs"] = artifact.meta.get("outputs", [])
         return spec
+
+
+def _convert_shared(ctx: ConvertContext, precision: str, io: str) -> Path:
+    """onnx2tf's folder for this target, from the run shared by the profile's tflite
+    targets; when that run fails (INT8 calibration crashing, say), this target is
+    converted alone, so a float target does not fail for an INT8 one's fault."""
+    own = frozenset({"float32", _VARIANTS[(precision, io)]})
+    wanted = _variants_wanted(ctx, precision, io)
+    try:
+        return _onnx2tf.converted(ctx, wanted)
+    except ConversionError as e:
+        if wanted == own:
+            raise
+        ctx.log(f"note: the onnx2tf run for {', '.join(sorted(wanted))} failed ({e.what}); "
+                f"converting {ctx.target.name} alone")
+        return _onnx2tf.converted(ctx, own)
+
+
+def _variants_wanted(ctx: ConvertContext, precision: str, io: str) -> frozenset[str]:
+    """The onnx2tf variants every tflite target of the profile takes, this one included:
+    one onnx2tf run (TensorFlow started once, the graph converted once) then serves them
+    all, instead of one run per target. float32 is always among them: onnx2tf writes it
+    first, whatever else is asked."""
+    wanted = {"float32", _VARIANTS[(precision, io)]}
+    for spec in (ctx.profile.targets if ctx.profile is not None else []):
+        if spec.format.value != FORMAT:
+            continue
+        try:
+            opts = TFLiteOptions(**spec.options)
+        except ValueError:
+            continue  # refused when that target itself is resolved
+        p = spec.precision.value
+        if (p, opts.io if p == "int8" else "float") in _VARIANTS:
+            wanted.add(_VARIANTS[(p, opts.io if p == "int8" else "float")])
+    return frozenset(wanted)
 
 
 # -- layout and quantization of I/O ------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -12,16 +14,30 @@ from tests.convert._formats import custom_op_onnx, digits_bundle, make_ctx, onnx
 pytestmark = pytest.mark.slow  # onnx2tf: ~5 s per run
 
 
+VARIANTS = [("int8", "float"), ("int8", "int8"), ("fp32", "float")]
+
+
+def _profile_listing(variants):
+    """The bundled host profile with these tflite targets (what a build hands converters)."""
+    from edgesmith.profiles import load, resolve_path
+    from edgesmith.profiles.schema import TargetSpec
+
+    targets = [TargetSpec(format="tflite", precision=p, options={"io": io} if p == "int8" else {})
+               for p, io in variants]
+    return load(resolve_path("host")).model_copy(update={"targets": targets})
+
+
 @pytest.fixture(scope="module")
 def built(digits_ckpt, tmp_path_factory):
-    """fp32, int8 (float I/O) and int8 (int8 I/O) from one shared onnx2tf run."""
+    """fp32, int8 (float I/O) and int8 (int8 I/O) of one profile, from one onnx2tf run."""
     folder = tmp_path_factory.mktemp("tflite")
     b = digits_bundle(digits_ckpt, folder)
     t = TFLiteTarget()
+    profile = _profile_listing(VARIANTS)
     arts = {}
-    for precision, io in [("int8", "float"), ("int8", "int8"), ("fp32", "float")]:
+    for precision, io in VARIANTS:
         ctx = make_ctx(TFLiteTarget, "tflite", precision, b.onnx, b.calib_x, folder, io=io)
-        arts[(precision, io)] = t.convert(ctx)
+        arts[(precision, io)] = t.convert(dataclasses.replace(ctx, profile=profile))
     return b, arts, folder
 
 
@@ -65,6 +81,29 @@ def test_one_onnx2tf_run_serves_every_tflite_target_and_logs_it(built):
     assert sum("$ onnx2tf" in text for text in logs.values()) == 1
     assert sum("reusing" in text for text in logs.values()) == 2
     assert any("Full INT8 Quantization tflite output complete" in t for t in logs.values())
+
+
+def test_onnx2tf_writes_only_the_variants_the_profile_asks_for(built):
+    """onnx2tf alone would also write float16, dynamic-range and two int16-activation
+    models, three of them calibrated on every sample: minutes on a larger model."""
+    _, _, folder = built
+    (saved,) = (folder / "work").glob("onnx2tf-*-int8/saved_model")
+    written = sorted(p.name.removeprefix("digits_") for p in saved.glob("*.tflite"))
+    assert written == ["float32.tflite", "full_integer_quant.tflite", "integer_quant.tflite"]
+    log = "".join(p.read_text() for p in (folder / "logs").glob("tflite-*.log"))
+    for skipped in ("float16", "dynamic_range_quant", "int16_act"):
+        assert f"skipped onnx2tf's {skipped} TFLite conversion" in log
+
+
+def test_float_target_alone_runs_onnx2tf_without_calibrating(digits_ckpt, tmp_path):
+    b = digits_bundle(digits_ckpt, tmp_path)
+    ctx = make_ctx(TFLiteTarget, "tflite", "fp32", b.onnx, b.calib_x, tmp_path)
+    art = TFLiteTarget().convert(dataclasses.replace(ctx, profile=_profile_listing(
+        [("fp32", "float")])))
+    assert art.meta["inputs"][0]["dtype"] == "float32"
+    (saved,) = (tmp_path / "work").glob("onnx2tf-*/saved_model")
+    assert [p.name for p in saved.glob("*.tflite")] == ["digits_float32.tflite"]
+    assert "INT8 Quantization" not in ctx.log_path.read_text()
 
 
 def test_converter_crash_is_a_conversion_error_naming_format_and_stage(tmp_path):
