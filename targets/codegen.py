@@ -301,24 +301,61 @@ def _model_h(g: Graph, plan: Plan, wl: wts.WeightsLayout, embedded: bool, name: 
 
 
 def _detect_h(g: Graph, max_boxes: int = 100) -> list[str]:
-    """es_detect.c's sizes, when every output is a float (1, 5 + K, H, W) map at a whole
-    stride of a (1, C, H, W) input (an anchor-free detection head, see es_detect.h)."""
-    shapes = [g.tensors[n].shape for n in g.outputs]
+    """es_detect.c's sizes, when the outputs are an anchor-free detection head (see
+    es_detect.h) over a (1, C, H, W) input: every output a float (1, 5 + K, h, w) map at a
+    whole stride, or one float (1, 5 + K, cells) output packing such maps finest first
+    (pipeline/packing.py: strides s, 2s, 4s... whose cells sum to the packed count)."""
     ins = g.tensors[g.inputs[0]].shape if len(g.inputs) == 1 else ()
-    if (len(ins) != 4 or not shapes or any(len(s) != 4 or s[0] != 1 or s[1] != shapes[0][1]
-                                           or ins[2] % s[2] or ins[3] % s[3]
-                                           or ins[2] // s[2] != ins[3] // s[3] for s in shapes)
-            or shapes[0][1] < 6 or any(g.tensors[n].dtype != "f32" for n in g.outputs)):
+    shapes = [g.tensors[n].shape for n in g.outputs]
+    if len(ins) != 4 or not shapes or any(g.tensors[n].dtype != "f32" for n in g.outputs) \
+            or any(len(s) < 2 or s[0] != 1 or s[1] != shapes[0][1] for s in shapes) \
+            or shapes[0][1] < 6:
+        return []
+    packed = len(shapes) == 1 and len(shapes[0]) == 3
+    grids = _packed_grids(ins, shapes[0][2]) if packed else _map_grids(ins, shapes)
+    if not grids:
         return []
     lists = {key: "{" + ", ".join(str(v) for v in vals) + "}" for key, vals in (
-        ("STRIDES", [ins[2] // s[2] for s in shapes]), ("HEIGHTS", [s[2] for s in shapes]),
-        ("WIDTHS", [s[3] for s in shapes]))}
-    return ["", "/* detection head (es_detect.h): one (4 + 1 + K) x H x W map per stride */",
-            f"#define ES_DETECT_LEVELS {len(shapes)}",
+        ("STRIDES", [s for s, _, _ in grids]), ("HEIGHTS", [h for _, h, _ in grids]),
+        ("WIDTHS", [w for _, _, w in grids]))}
+    cells = sum(h * w for _, h, w in grids)
+    offsets = np.cumsum([0] + [h * w for _, h, w in grids[:-1]]).tolist()
+    layout = ([f"/* detection head (es_detect.h): one (4 + 1 + K) x {cells} output packing "
+               "the levels' maps finest first */", "#define ES_DETECT_PACKED 1",
+               f"#define ES_DETECT_CHANNEL_STRIDE {cells}",
+               "#define ES_DETECT_OFFSETS {" + ", ".join(map(str, offsets)) + "}"]
+              if packed else
+              ["/* detection head (es_detect.h): one (4 + 1 + K) x H x W map per stride */"])
+    return ["", *layout,
+            f"#define ES_DETECT_LEVELS {len(grids)}",
             f"#define ES_DETECT_CLASSES {shapes[0][1] - 5}",
             *(f"#define ES_DETECT_{k} {v}" for k, v in lists.items()),
-            f"#define ES_DETECT_MAX_CANDIDATES {sum(s[2] * s[3] for s in shapes)}",
+            f"#define ES_DETECT_MAX_CANDIDATES {cells}",
             "#ifndef ES_DETECT_MAX_BOXES", f"#define ES_DETECT_MAX_BOXES {max_boxes}", "#endif"]
+
+
+def _map_grids(ins: tuple[int, ...], shapes: list[tuple[int, ...]]
+               ) -> list[tuple[int, int, int]]:
+    """(stride, h, w) per output when each is a 4-D map at a whole, square stride."""
+    if any(len(s) != 4 or ins[2] % s[2] or ins[3] % s[3] or ins[2] // s[2] != ins[3] // s[3]
+           for s in shapes):
+        return []
+    return [(ins[2] // s[2], s[2], s[3]) for s in shapes]
+
+
+def _packed_grids(ins: tuple[int, ...], cells: int) -> list[tuple[int, int, int]]:
+    """(stride, h, w) per level of a packed head: the chain of strides s, 2s, 4s... (each
+    dividing the input) whose grids hold ``cells`` in all. Each level has a quarter of
+    the previous one's cells, so at most one chain fits; none: not a detection head."""
+    for first in (2 ** k for k in range(1, 8)):
+        total, grids, s = 0, [], first
+        while ins[2] % s == 0 and ins[3] % s == 0 and total < cells:
+            grids.append((s, ins[2] // s, ins[3] // s))
+            total += grids[-1][1] * grids[-1][2]
+            s *= 2
+        if total == cells:
+            return grids
+    return []
 
 
 _API_H = [

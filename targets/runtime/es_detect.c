@@ -20,13 +20,15 @@ int es_detect_decode(const es_detect_level *levels, int num_levels, int num_clas
         return ES_ERR_ARG;
     for (int l = 0; l < num_levels; l++) {
         const es_detect_level *lv = &levels[l];
-        const int cells = lv->height * lv->width;
+        const int cells = lv->channel_stride > 0 ? lv->channel_stride : lv->height * lv->width;
         const float s = (float)lv->stride;
-        if (lv->map == NULL || lv->height < 1 || lv->width < 1 || lv->stride < 1)
+        if (lv->map == NULL || lv->height < 1 || lv->width < 1 || lv->stride < 1 ||
+            (lv->channel_stride != 0 && lv->channel_stride < lv->height * lv->width))
             return ES_ERR_ARG;
         for (int y = 0; y < lv->height; y++) {
             for (int x = 0; x < lv->width; x++) {
-                const float *cell = lv->map + y * lv->width + x; /* channel c: cell[c * cells] */
+                /* channel c: cell[c * cells], cells = the channel stride */
+                const float *cell = lv->map + y * lv->width + x;
                 int best = 0; /* first of equal logits */
                 for (int k = 1; k < num_classes; k++)
                     if (cell[(5 + k) * cells] > cell[(5 + best) * cells]) best = k;
@@ -89,14 +91,24 @@ static es_box es_detect_candidates[ES_DETECT_MAX_CANDIDATES];
 static const int32_t es_detect_strides[ES_DETECT_LEVELS] = ES_DETECT_STRIDES;
 static const int32_t es_detect_heights[ES_DETECT_LEVELS] = ES_DETECT_HEIGHTS;
 static const int32_t es_detect_widths[ES_DETECT_LEVELS] = ES_DETECT_WIDTHS;
+#if defined(ES_DETECT_PACKED) && ES_DETECT_PACKED /* one output, levels along the cells */
+static const int32_t es_detect_offsets[ES_DETECT_LEVELS] = ES_DETECT_OFFSETS;
+#define ES_DETECT_MAP(m, l) ((const float *)es_output_ptr(m, 0) + es_detect_offsets[l])
+#define ES_DETECT_STRIDE_OF(l) ES_DETECT_CHANNEL_STRIDE
+#else /* one output per level */
+#define ES_DETECT_MAP(m, l) ((const float *)es_output_ptr(m, l))
+#define ES_DETECT_STRIDE_OF(l) 0
+#endif
 
 int es_detect(const es_model *m, float score_threshold, float iou_threshold, es_box *out,
               int max_out) {
     es_detect_level levels[ES_DETECT_LEVELS];
     if (m == NULL || out == NULL || max_out < 0) return ES_ERR_ARG;
     for (int l = 0; l < ES_DETECT_LEVELS; l++) {
-        levels[l].map = (const float *)es_output_ptr(m, l);
+        if (es_output_ptr(m, 0) == NULL) return ES_ERR_NOT_INIT;
+        levels[l].map = ES_DETECT_MAP(m, l);
         if (levels[l].map == NULL) return ES_ERR_NOT_INIT;
+        levels[l].channel_stride = ES_DETECT_STRIDE_OF(l);
         levels[l].height = es_detect_heights[l];
         levels[l].width = es_detect_widths[l];
         levels[l].stride = es_detect_strides[l];

@@ -4,7 +4,9 @@
  * and a camera product get the same boxes. No malloc: the caller passes the buffers, and
  * es_detect() (for a generated detector) uses static ones sized by model.h.
  *
- * Head layout, per level (one model output per stride), one image, channel-major:
+ * Head layout, per level (one model output per stride, or one output packing every
+ * level's map along the cells: (5 + K) x sum(H * W), finest level first), one image,
+ * channel-major:
  *   channel 0..3  l, t, r, b distances from the cell centre, in strides (max(d, 0) is used)
  *   channel 4     objectness logit
  *   channel 5..   one logit per class
@@ -31,6 +33,9 @@ typedef struct {
     const float *map;       /* (5 + num_classes) x height x width floats */
     int32_t height, width;  /* cells */
     int32_t stride;         /* input pixels per cell */
+    /* floats from one channel to the next: 0 = height * width (a map of its own); in a
+     * packed output, the cells of all levels (map then points at the level's offset) */
+    int32_t channel_stride;
 } es_detect_level;
 
 /* Every cell whose best class scores >= score_threshold, in the order level, row, column.
