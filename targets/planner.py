@@ -45,6 +45,8 @@ class Plan:
     # tensors each holds: what render_plan draws
     intervals: list[Interval] = field(default_factory=list)
     members: dict[str, list[str]] = field(default_factory=dict)
+    # patch-based execution of the leading conv chain (tiling.apply), when asked or needed
+    tiling: dict[str, object] | None = None
 
     @property
     def efficiency(self) -> float:
@@ -54,7 +56,8 @@ class Plan:
         return {"arena_bytes": self.arena_bytes, "lower_bound_bytes": self.lower_bound_bytes,
                 "naive_bytes": self.naive_bytes, "efficiency": round(self.efficiency, 4),
                 "strategy": self.strategy, "alignment": self.alignment,
-                "inplace_steps": len(self.inplace)}
+                "inplace_steps": len(self.inplace),
+                **({"tiling": self.tiling} if self.tiling else {})}
 
 
 def align(n: int, a: int) -> int:
@@ -229,4 +232,6 @@ def render_plan(p: Plan, g: Graph | None = None, width: int = 64) -> str:
                     row[c] = marks[iv.name]
         label = f"  {names[step]}" if step < len(names) else ""
         head.append(f"{step:>4}  {''.join(row)}{label}")
-    return "\n".join(head) + "\n"
+    from .tiling import render as render_tiling
+
+    return render_tiling(p.tiling) + "\n".join(head) + "\n"
