@@ -18,6 +18,8 @@ from edgesmith.artifact import Artifact
 from edgesmith.errors import ConversionError, UnsupportedOpError
 from edgesmith.target import CompatRule, ConvertContext, Runner, Target
 
+from .tiling import TilingOption
+
 _HINT = ("the C runtime has no kernel for this op; use another target (onnx, tflite) or "
          "replace the op in the model")
 
@@ -37,6 +39,10 @@ class COptions(BaseModel):
     cross_cc: str | None = None
     cross_cflags: str = Field("-O2", description="flags for cross_cc")
     cross_ldflags: str = ""
+    # patch-based execution of the leading conv chain (tiling.py): None = only when the
+    # profile's budgets.arena_kb needs it; "auto" = whenever it lowers the arena; "off";
+    # or {patches: N, split: <node name or step index>} to force it
+    tiling: TilingOption = None
 
 
 def _rules() -> dict[str, CompatRule]:
@@ -100,7 +106,8 @@ class CTarget(Target):
                   cflags=opts.cflags, ldflags=opts.ldflags, alignment=opts.alignment,
                   name=getattr(ctx.profile, "name", "model"), deploy_cc=opts.cross_cc,
                   deploy_cflags=opts.cross_cflags, requant=opts.requant, power=power,
-                  preprocess=getattr(ctx.profile, "preprocess", None))  # model.h's spec
+                  preprocess=getattr(ctx.profile, "preprocess", None),  # model.h's spec
+                  tiling=opts.tiling, arena_budget=_arena_budget(ctx.profile))
         ctx.log(f"c: lowering {src} ({precision}, {source})")
         try:
             gen = codegen.from_onnx(src, out, **kw)
@@ -254,6 +261,12 @@ def _host_build(artifact: Artifact) -> Path:
     if b is None or not (b.dir / "edgesmith_bench").exists():
         b = _BUILDS[key] = _HostBuild(Path(artifact.path))
     return b.dir
+
+
+def _arena_budget(profile: Any) -> int | None:
+    """budgets.arena_kb in bytes (None: no budget), what the tiling pass plans towards."""
+    kb = getattr(getattr(profile, "budgets", None), "arena_kb", None)
+    return int(kb * 1024) if kb else None
 
 
 def _steps(folder: Path) -> int:
