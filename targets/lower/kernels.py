@@ -76,6 +76,17 @@ def dw_hwc_scratch(p: dict) -> int:
             + 16 * obc + 64 * kh * ((kw + 1) // 2 + 1) + 4 * (3 * kh + b - 1))
 
 
+def dw_f32_scratch(p: dict) -> int:
+    """Bytes of es_dwconv2d_f32 scratch; mirrors ES_F32_DW_SCRATCH: the SH x SW stride
+    phases of one padded channel plane (HQ x WQ each, plus WQ + 32 floats read past the
+    end), the OH x WQ output grid + 32, and one padded row of WQ * SW floats."""
+    def q(o: str, k: str, s: str, d: str) -> int:
+        return ((p[o] - 1) * p[s] + (p[k] - 1) * p[d] + p[s]) // p[s]
+
+    hq, wq = q("OH", "KH", "SH", "DH"), q("OW", "KW", "SW", "DW")
+    return 4 * (p["SH"] * p["SW"] * (hq * wq + wq + 32) + p["OH"] * wq + 32 + wq * p["SW"])
+
+
 def use_cl(p: dict) -> bool:
     """Whether es_conv2d_i8_cl (output channels in lanes) beats es_conv2d_i8_dot (pixels in
     lanes) for conv params ``p``: on every spatial kernel and on 1x1 convs over planes of at
@@ -120,8 +131,9 @@ DWCONV_I8_HWC = Kernel(
 CONV_F32 = Kernel("es_conv2d_f32")
 CONV_F32_GEMM = Kernel("es_conv2d_f32_gemm", lambda p: 4 * 32 * p["C"] * p["KH"] * p["KW"],
                        lambda p: f"ES_F32_GEMM_SCRATCH({p['C'] * p['KH'] * p['KW']})")
-DWCONV_F32 = Kernel("es_dwconv2d_f32", lambda p: 4 * padded(p)[0] * padded(p)[1] + 64,
-                    lambda p: "ES_F32_DW_SCRATCH({}, {})".format(*padded(p)))
+DWCONV_F32 = Kernel("es_dwconv2d_f32", lambda p: dw_f32_scratch(p),
+                    lambda p: "ES_F32_DW_SCRATCH({})".format(
+                        _args(p, "OH", "OW", "KH", "KW", "SH", "SW", "DH", "DW")))
 
 # kernels whose bias is bias_u8 (the u8 shift folded in)
 U8_KERNELS = (CONV_I8_DOT, CONV_I8_CL)

@@ -268,7 +268,18 @@ void es_conv2d_f32(const float *x, const float *w, const float *b, float *y,
                    const es_conv_params *p);
 /* fast paths (kernels/conv_f32_fast.c): one-group im2col + 4x16 FMA GEMM; depthwise */
 #define ES_F32_GEMM_SCRATCH(K) (4u * 32u * (unsigned)(K))
-#define ES_F32_DW_SCRATCH(HP, WP) (4u * (unsigned)(HP) * (unsigned)(WP) + 64u)
+/* es_dwconv2d_f32: the SH x SW stride phases of a channel's padded plane, each
+ * ES_F32_DW_HQ(OH, KH, SH, DH) x ES_F32_DW_HQ(OW, KW, SW, DW) plus WQ + 32 floats of slack,
+ * the OH x WQ output grid + 32, and one padded row of WQ * SW floats. Taps are summed in
+ * groups of at most ES_F32_DW_MAXTAPS. */
+#define ES_F32_DW_MAXTAPS 64
+#define ES_F32_DW_HQ(O, K, S, D) ((((O) - 1) * (S) + ((K) - 1) * (D) + (S)) / (S))
+#define ES_F32_DW_SCRATCH(OH, OW, KH, KW, SH, SW, DH, DW)                                  \
+    (4u * ((unsigned)((SH) * (SW)) *                                                      \
+               ((unsigned)ES_F32_DW_HQ(OH, KH, SH, DH) * (unsigned)ES_F32_DW_HQ(OW, KW, SW, DW) + \
+                (unsigned)ES_F32_DW_HQ(OW, KW, SW, DW) + 32u) +                           \
+           (unsigned)(OH) * (unsigned)ES_F32_DW_HQ(OW, KW, SW, DW) + 32u +                \
+           (unsigned)ES_F32_DW_HQ(OW, KW, SW, DW) * (unsigned)(SW)))
 void es_conv2d_f32_gemm(const float *x, const float *w, const float *b, float *scratch,
                         float *y, const es_conv_params *p);
 void es_dwconv2d_f32(const float *x, const float *w, const float *b, float *scratch,

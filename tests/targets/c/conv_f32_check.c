@@ -9,7 +9,7 @@
 static uint32_t s = 1;
 static float r(void) { s = s * 1664525u + 1013904223u; return (float)((s >> 8) % 20001u) / 10000.0f - 1.0f; }
 int main(int argc, char **argv) {
-    es_conv_params p; int i, hp, wpd;
+    es_conv_params p; int i;
     float *x, *w, *b, *y0, *y1, *sc, err = 0.0f, mag = 0.0f;
     size_t nx, nw, ny;
     memset(&p, 0, sizeof p);
@@ -22,11 +22,9 @@ int main(int argc, char **argv) {
     p.a1 = 0.6f;
     nx = (size_t)p.C * p.H * p.W; nw = (size_t)p.M * (p.C / p.group) * p.KH * p.KW;
     ny = (size_t)p.M * p.OH * p.OW;
-    hp = (p.OH - 1) * p.SH + (p.KH - 1) * p.DH + 1;
-    wpd = (p.OW - 1) * p.SW + (p.KW - 1) * p.DW + 1;
     x = malloc(4 * nx); w = malloc(4 * nw); b = malloc(4 * (size_t)p.M);
     y0 = malloc(4 * ny); y1 = malloc(4 * ny);
-    sc = malloc(ES_F32_GEMM_SCRATCH(p.C * p.KH * p.KW) + ES_F32_DW_SCRATCH(hp, wpd));
+    sc = malloc(ES_F32_GEMM_SCRATCH(p.C * p.KH * p.KW) + ES_F32_DW_SCRATCH(p.OH, p.OW, p.KH, p.KW, p.SH, p.SW, p.DH, p.DW));
     for (i = 0; i < (int)nx; ++i) x[i] = r();
     for (i = 0; i < (int)nw; ++i) w[i] = r();
     for (i = 0; i < p.M; ++i) b[i] = r();
