@@ -69,15 +69,15 @@ static void im2col_f32(const float *x, float *col, int p0, int K, const es_conv_
     }
 }
 
-/* acc[r][j] = b[r] + sum_k w_r[k] col[k][j], r < 4, j < 16 */
-static void mk_f32_4x16(const float *col, int K, const float *const wr[4], const float b[4],
-                        float acc[4][16]) {
+/* acc[r][j] = b[r] + sum_k w_r[k] col[k][j], r < 4, j < 16; col rows ldc floats apart */
+static void mk_f32_4x16(const float *col, size_t ldc, int K, const float *const wr[4],
+                        const float b[4], float acc[4][16]) {
     int k;
 #if defined(__AVX2__) && defined(__FMA__)
     __m256 s00 = _mm256_set1_ps(b[0]), s01 = s00, s10 = _mm256_set1_ps(b[1]), s11 = s10,
            s20 = _mm256_set1_ps(b[2]), s21 = s20, s30 = _mm256_set1_ps(b[3]), s31 = s30;
     for (k = 0; k < K; ++k) {
-        const float *cp = col + (size_t)k * ES_F32_TP;
+        const float *cp = col + (size_t)k * ldc;
         const __m256 c0 = _mm256_loadu_ps(cp), c1 = _mm256_loadu_ps(cp + 8);
         __m256 w = _mm256_broadcast_ss(wr[0] + k);
         s00 = _mm256_fmadd_ps(c0, w, s00);
@@ -105,7 +105,7 @@ static void mk_f32_4x16(const float *col, int K, const float *const wr[4], const
     for (r = 0; r < 4; ++r)
         for (j = 0; j < 16; ++j) acc[r][j] = b[r];
     for (k = 0; k < K; ++k) {
-        const float *cp = col + (size_t)k * ES_F32_TP;
+        const float *cp = col + (size_t)k * ldc;
         for (r = 0; r < 4; ++r) {
             const float wv = wr[r][k];
             for (j = 0; j < 16; ++j) acc[r][j] += wv * cp[j];
@@ -114,13 +114,45 @@ static void mk_f32_4x16(const float *col, int K, const float *const wr[4], const
 #endif
 }
 
+/* y[j] = act(acc[j]), j < 16: clamped in vector registers for none, ReLU and Clip (the
+ * scalar act1 per element cost as much as the multiplies when K is 16 to 32) */
+static void store_row16(float *y, const float acc[16], int nj, const es_conv_params *p) {
+    int j;
+#if defined(__AVX2__) && defined(__FMA__)
+    if (nj == 16 && p->act != ES_ACT_LEAKY) {
+        __m256 v0 = _mm256_loadu_ps(acc), v1 = _mm256_loadu_ps(acc + 8);
+        if (p->act != ES_ACT_NONE) {
+            const __m256 lo = _mm256_set1_ps(p->act == ES_ACT_CLIP ? p->a0 : 0.0f);
+            v0 = _mm256_max_ps(v0, lo);
+            v1 = _mm256_max_ps(v1, lo);
+            if (p->act == ES_ACT_CLIP) {
+                const __m256 hi = _mm256_set1_ps(p->a1);
+                v0 = _mm256_min_ps(v0, hi);
+                v1 = _mm256_min_ps(v1, hi);
+            }
+        }
+        _mm256_storeu_ps(y, v0);
+        _mm256_storeu_ps(y + 8, v1);
+        return;
+    }
+#endif
+    for (j = 0; j < nj; ++j) y[j] = act1(acc[j], p->act, p->a0, p->a1);
+}
+
 void es_conv2d_f32_gemm(const float *x, const float *w, const float *b, float *scratch,
                         float *y, const es_conv_params *p) {
     const int K = p->C * p->KH * p->KW, P = p->OH * p->OW, M = p->M;
+    /* a 1x1, stride-1, unpadded conv's input is already the [C][P] matrix: whole tiles read
+     * it in place, no im2col copy */
+    const int direct = p->KH == 1 && p->KW == 1 && p->SH == 1 && p->SW == 1 && p->PT == 0 &&
+                       p->PL == 0 && p->OH == p->H && p->OW == p->W;
     float acc[4][16];
-    int p0, m0, j0, r, j;
+    int p0, m0, j0, r;
     for (p0 = 0; p0 < P; p0 += ES_F32_TP) {
-        im2col_f32(x, scratch, p0, K, p);
+        const int inplace = direct && P - p0 >= ES_F32_TP;
+        const float *col = inplace ? x + p0 : scratch;
+        const size_t ldc = inplace ? (size_t)P : ES_F32_TP;
+        if (!inplace) im2col_f32(x, scratch, p0, K, p);
         for (m0 = 0; m0 < M; m0 += 4) {
             const int nr = (M - m0) < 4 ? (M - m0) : 4;
             const float *wr[4];
@@ -132,11 +164,9 @@ void es_conv2d_f32_gemm(const float *x, const float *w, const float *b, float *s
             }
             for (j0 = 0; j0 < ES_F32_TP && p0 + j0 < P; j0 += 16) {
                 const int nj = (P - p0 - j0) < 16 ? (P - p0 - j0) : 16;
-                mk_f32_4x16(scratch + j0, K, wr, bb, acc);
-                for (r = 0; r < nr; ++r) {
-                    float *yr = y + (size_t)(m0 + r) * P + p0 + j0;
-                    for (j = 0; j < nj; ++j) yr[j] = act1(acc[r][j], p->act, p->a0, p->a1);
-                }
+                mk_f32_4x16(col + j0, ldc, K, wr, bb, acc);
+                for (r = 0; r < nr; ++r)
+                    store_row16(y + (size_t)(m0 + r) * P + p0 + j0, acc[r], nj, p);
             }
         }
     }
