@@ -15,7 +15,6 @@ from edgesmith.targets import codegen, run
 from edgesmith.targets.ir import lower
 from edgesmith.targets.planner import plan
 from edgesmith.targets.tiling import TiledStep, TilingForce, apply
-
 from tests.targets._helpers import _qdq, export
 
 H, W = 63, 61
