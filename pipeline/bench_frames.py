@@ -51,10 +51,11 @@ def _kept(frames: list[np.ndarray]) -> int:
 def write(data_dir: Path, splits: Splits) -> dict[str, str]:
     """Write the frames and their index when the data came from an image folder; the
     manifest's ``bench_data`` entries for them ({} when there are no frames)."""
+    if not splits.val_frames or splits.preprocess is None or isinstance(splits.val_y, list):
+        return {}  # not an image folder (detection folders' labels are box lists)
     labels = np.asarray(splits.val_y)
-    if not splits.val_frames or splits.preprocess is None or labels.ndim != 1 \
-            or not np.issubdtype(labels.dtype, np.integer):
-        return {}  # not an image folder, or labels that are not one class per frame
+    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+        return {}  # labels that are not one class per frame
     n = _kept(splits.val_frames)
     frames = [np.ascontiguousarray(f, dtype=np.uint8) for f in splits.val_frames[:n]]
     tmp = data_dir / f".{DATA}.tmp"
