@@ -288,6 +288,8 @@ void es_conv_transpose2d_f32(const float *x, const float *w, const float *b, flo
                              const es_conv_params *p);
 void es_gemm_f32(const float *x, const float *w, const float *b, float *y,
                  const es_gemm_params *p);
+void es_gemm_f32_ref(const float *x, const float *w, const float *b, float *y,
+                     const es_gemm_params *p);
 void es_matmul_f32(const float *a, const float *b, float *y, const es_matmul_params *p);
 void es_unary_f32(const float *x, float *y, const es_unary_params *p);
 void es_binary_f32(const float *a, const float *b, float *y, int op, const es_bcast *bc);
