@@ -158,7 +158,8 @@ class Fallback:
                                  measure_latency=False, batch=batch,
                                  reference_correct=ref.correct, metric=ref.metric,
                                  metric_against=ref.drop_outputs,
-                                 metric_reference=ref.metric_value)
+                                 metric_reference=ref.metric_value,
+                                 parity_view=ref.parity_view)
 
     # -- per target ---------------------------------------------------------------------
     def _search(self, r: stages.TargetResult, options: Any, ctx_args: dict[str, Any],

@@ -59,6 +59,8 @@ class Reference:
     metric: Metric | None = None
     metric_value: float | None = None
     drop_outputs: np.ndarray | None = None
+    # how output parity reads the outputs (a detector's: logits as scores); None: as they are
+    parity_view: Any = None
 
     @property
     def accuracy_ci95(self) -> tuple[float, float] | None:
@@ -103,9 +105,19 @@ def reference(loaded: LoadedModel, splits: Splits, metric: Metric | None = None)
             raise UsageError("these labels are not one class per sample, so top-1 cannot "
                              "judge the model", where=splits.source,
                              fix="pass --task detect for a detection folder")
-        return Reference(out, value, source, None, metric, value, out)
+        return Reference(out, value, source, None, metric, value, out,
+                         _detection_parity(metric))
     return Reference(out, validate.accuracy(out, splits.val_y), source,  # faults stop here
                      validate.predictions(out) == splits.val_y, metric, value, out)
+
+
+def _detection_parity(metric: Metric) -> Any:
+    """detection.parity_view for a built-in detection metric's build, else None."""
+    if metric.source is not None or metric.name not in ("map50", "map50_95"):
+        return None
+    from .detection import parity_view
+
+    return parity_view
 
 
 def resolve_targets(profile: Any, only: list[str] | None, where: str) -> list[tuple[Any, Any]]:
@@ -250,7 +262,8 @@ def convert_and_validate(spec: Any, options: Any, ctx_args: dict[str, Any], spli
                               not_run_reason=target.not_runnable_reason, latency_ms=own,
                               batch=max_batch or validate.BATCH,
                               reference_correct=ref.correct, metric=ref.metric,
-                              metric_against=ref.drop_outputs, metric_reference=ref.metric_value)
+                              metric_against=ref.drop_outputs, metric_reference=ref.metric_value,
+                              parity_view=ref.parity_view)
     except Exception as e:
         outdir.raise_if_disk_fault(e, root)
         ctx.log(traceback.format_exc())

@@ -286,7 +286,7 @@ def validate(runner, x: np.ndarray, y: np.ndarray, reference: np.ndarray,
              measure_latency: bool = True, latency_ms: float | None = None,
              batch: int = BATCH, reference_correct: np.ndarray | None = None,
              metric: Metric | None = None, metric_against: np.ndarray | None = None,
-             metric_reference: float | None = None) -> Validation:
+             metric_reference: float | None = None, parity_view=None) -> Validation:
     """``latency_ms``, when given, is the format's own measurement (see
     ``Target.host_latency_ms``) and replaces timing the runner. ``batch``: samples per
     run (1 for a model whose graph fixes its batch). ``reference_correct``: per sample,
@@ -302,19 +302,22 @@ def validate(runner, x: np.ndarray, y: np.ndarray, reference: np.ndarray,
         bad = int((~np.isfinite(out)).sum())
         return Validation(None, reference_accuracy, None, None, None, None, None, ran=True,
                           note=f"{bad} of {out.size} outputs are inf/NaN (overflow?)")
+    # parity_view: the outputs as their consumer reads them (a detector's logits as scores)
+    pout, pref = (out, reference) if parity_view is None else (parity_view(out),
+                                                                parity_view(reference))
     flat_out, flat_ref = out.reshape(len(out), -1), reference.reshape(len(reference), -1)
     agree = float((flat_out.argmax(1) == flat_ref.argmax(1)).mean())
     lat = latency_ms if latency_ms is not None else (
         latency_p50(runner, x[:1]) if measure_latency else None)
-    max_abs = float(np.max(np.abs(out - reference)))
-    scale = float(np.max(np.abs(reference)))
+    max_abs = float(np.max(np.abs(pout - pref)))
+    scale = float(np.max(np.abs(pref)))
     primary = None if metric is None or metric.name == "top1" and metric.source is None else (
         metric_figures(metric, out, y, reference if metric_against is None else metric_against,
                        metric_reference))
     if not is_class_labels(y):  # regression / raw targets: no top-1, the metric decides
         return Validation(
             accuracy=None, reference_accuracy=reference_accuracy, max_abs_err=max_abs,
-            rel_err=max_abs / scale if scale > 0 else max_abs, cosine=cosine(out, reference),
+            rel_err=max_abs / scale if scale > 0 else max_abs, cosine=cosine(pout, pref),
             top1_agreement=agree, latency_ms_p50=lat, ran=True, samples=len(y), metric=primary)
     correct = predictions(out) == y
     ref_correct = predictions(reference) == y if reference_correct is None else reference_correct
@@ -322,7 +325,7 @@ def validate(runner, x: np.ndarray, y: np.ndarray, reference: np.ndarray,
     return Validation(
         accuracy=accuracy(out, y), reference_accuracy=reference_accuracy,
         max_abs_err=max_abs, rel_err=max_abs / scale if scale > 0 else max_abs,
-        cosine=cosine(out, reference),
+        cosine=cosine(pout, pref),
         top1_agreement=agree, latency_ms_p50=lat, ran=True, samples=len(y),
         accuracy_ci95=wilson(int(correct.sum()), len(y)),
         accuracy_drop_ci95=(lo * 100, hi * 100), metric=primary,
