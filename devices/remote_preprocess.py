@@ -20,8 +20,10 @@ one label per frame), preprocesses each frame and reports top-1 against the labe
 
 # ruff: noqa: B905  (zip(strict=) is Python 3.10+; this file runs on 3.8 devices)
 import array
+import hashlib
 import json
 import os
+import sys
 
 # remote.py's API, set when the script loads this part
 rt = None
@@ -199,11 +201,23 @@ def figures(correct, frames, index, how):
             "frames": frames, "val_samples": index.get("val_samples"), "preprocess": how}
 
 
+def _digest(h, flat):
+    """Feed the float32 little-endian bytes of ``flat`` to ``h`` (as numpy's tobytes()
+    gives them on the host), whatever this device's byte order."""
+    data = array.array("f", flat)
+    if sys.byteorder == "big":
+        data.byteswap()
+    h.update(data.tobytes())
+
+
 def accuracy_python(args, prepare, run, to_list, sample_shape):
     """Top-1 of an in-process runtime (``prepare``/``run``/``to_list`` of its loader) on
-    the build's frames, each preprocessed here."""
+    the build's frames, each preprocessed here; ``inputs_sha256`` hashes every input made
+    (float32, little-endian, in order), so the host can tell bit for bit whether they are
+    its own."""
     index = read_index(args.frames)
     spec = checked(args.preprocess)
+    inputs = hashlib.sha256()
     correct = frames = 0
     for n, h, w, data, labels in frame_runs(index):
         size = h * w * CHANNELS
@@ -212,6 +226,8 @@ def accuracy_python(args, prepare, run, to_list, sample_shape):
             if tuple(shape) != tuple(sample_shape):
                 raise ValueError(f"a preprocessed {h}x{w} frame is {list(shape)}; the model "
                                  f"takes {list(sample_shape)}")
+            _digest(inputs, flat)
             correct += top1([to_list(run(prepare(flat)))], labels[i:i + 1])
             frames += 1
-    return figures(correct, frames, index, "device script (stdlib, remote_preprocess.py)")
+    return dict(figures(correct, frames, index, "device script (stdlib, remote_preprocess.py)"),
+                inputs_sha256=inputs.hexdigest())

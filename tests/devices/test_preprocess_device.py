@@ -10,6 +10,7 @@ seconds; nothing downloads."""
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import subprocess
 import sys
@@ -112,6 +113,14 @@ def frames_build(tmp_path_factory) -> Path:
     return out
 
 
+def _val_x(build: Path) -> np.ndarray:
+    """The build's validation inputs, as the host made them from the same folder."""
+    from edgesmith.pipeline import data
+    from edgesmith.pipeline.preprocess_spec import parse_cli
+
+    return data.load(_manifest(build)["inputs"]["data"], preprocess=parse_cli(SPEC)).val_x
+
+
 def _manifest(build: Path) -> dict:
     return json.loads((build / "manifest.json").read_text())
 
@@ -158,6 +167,10 @@ def test_local_bench_scores_the_raw_frames_as_the_build_validated(frames_build, 
         assert acc["top1"] == built[name]["accuracy"], (name, acc, built[name]["accuracy"])
         assert t["parity"]["samples"] == 16  # parity stays on the bench tensors, beside it
     assert got["onnx-fp32"]["accuracy"]["preprocess"].startswith("device script")
+    # the inputs the script made are the build's own validation tensors, bit for bit
+    val_x = _val_x(build)
+    assert got["onnx-fp32"]["accuracy"]["inputs_sha256"] == \
+        hashlib.sha256(val_x.astype("<f4").tobytes()).hexdigest()
     assert got["c-int8"]["accuracy"]["preprocess"].startswith("C harness")
     assert 0.2 < got["onnx-fp32"]["accuracy"]["top1"] < 0.9  # not a score any input gets
 
