@@ -1,7 +1,7 @@
 """Camera frame -> model input, with arithmetic defined once so every path agrees.
 
 The same steps run here (image folders, validation), in the device bench script
-(``devices/remote.py:preprocess_frames``, standard library only) and in the C harness
+(``devices/remote_preprocess.py``, standard library only) and in the C harness
 (``targets/runtime/es_preprocess.c``: ``es_preprocess_u8``, no malloc). The rule is chosen
 so the integer part is reproducible bit for bit in C:
 
