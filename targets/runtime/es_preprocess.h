@@ -8,7 +8,7 @@
  *
  * Standalone (only <stdint.h>/<stddef.h>): a camera pipeline can take this pair of files
  * without the rest of the runtime. The spec's values are the manifest's
- * data.preprocess (model.h does not carry them yet). */
+ * data.preprocess; a generated model.h carries them as ES_PREPROCESS_SPEC. */
 #ifndef ES_PREPROCESS_H
 #define ES_PREPROCESS_H
 
