@@ -250,6 +250,14 @@ def _batch_line(manifest: dict[str, Any]) -> list[str]:
     return [f"- batch: {batch['mode']}: {batch.get('detail', '')}"]
 
 
+def _reference_name(manifest: dict[str, Any]) -> str:
+    """What the reference's accuracy is: top-1, or the metric itself when the labels are
+    not classes (a detector's boxes: mAP)."""
+    if manifest.get("detection") is None:
+        return "top-1"
+    return (manifest.get("metric") or {}).get("name", "map50")
+
+
 def render_markdown(manifest: dict[str, Any], images: list[str]) -> str:
     ref = manifest.get("reference", {})
     prof = manifest.get("profile", {})
@@ -260,7 +268,8 @@ def render_markdown(manifest: dict[str, Any], images: list[str]) -> str:
         f"`{manifest.get('inputs', {}).get('data')}`",
         f"- device: {prof.get('device', {}).get('name', '?')} "
         f"({prof.get('device', {}).get('arch', '?')})",
-        f"- reference ({ref.get('source')}): top-1 {_pct(ref.get('accuracy'))} on "
+        f"- reference ({ref.get('source')}): {_reference_name(manifest)} "
+        f"{_pct(ref.get('accuracy'))} on "
         f"{manifest.get('data', {}).get('val', '?')} validation samples "
         f"(95% CI {_interval(ref.get('accuracy_ci95'), 100, 2)} %)",
         f"- input: {manifest.get('input', {}).get('shape')} "

@@ -146,3 +146,14 @@ def test_parity_reads_a_detectors_logits_as_scores():
     boxes = validate.validate(lambda x: moved[:len(x)], np.zeros((2, 1)), labels, ref, 0.0,
                               measure_latency=False, parity_view=detection.parity_view)
     assert not boxes.parity_ok("int8")
+
+
+def test_report_names_the_reference_figure_map_for_a_detector():
+    from edgesmith.pipeline import report
+
+    manifest = {"reference": {"source": "torch", "accuracy": 0.8358}, "targets": [],
+                "metric": {"name": "map50", "unit": "pt"}, "data": {"val": 240},
+                "detection": {"sample": 0, "image": None, "int8_target": None}}
+    assert "- reference (torch): map50 83.58%" in report.render_markdown(manifest, [])
+    manifest["detection"] = None  # not a detector: the figure is top-1
+    assert "- reference (torch): top-1 83.58%" in report.render_markdown(manifest, [])
