@@ -49,12 +49,16 @@ def _fmt(v: Any, spec: str) -> str:
 def results_table(run: BenchRun) -> Table:
     table = Table(title="on-device bench", box=box.SIMPLE_HEAD, pad_edge=False,
                   padding=(0, 1, 0, 0))
+    rows = run.rows()
+    # frames: top-1 on raw camera frames the device preprocessed (image-folder builds)
+    frames = any(r["accuracy"] for r in rows)
     for i, h in enumerate(["device", "target", "status", "p50 ms", "p99 ms", "inf/s",
-                           "RSS MB", "mJ/inf", "max err", "top-1", "budget"]):
+                           "RSS MB", "mJ/inf", "max err", "agree top-1"]
+                          + (["frames top-1"] if frames else []) + ["budget"]):
         table.add_column(h, justify="left" if i < 3 else "right", no_wrap=i < 3)
     misses = {(m["device"], m["target"]) for m in run.budget_misses() + run.energy_misses()}
-    for r in run.rows():
-        par = r["parity"] or {}
+    for r in rows:
+        par, acc = r["parity"] or {}, r["accuracy"] or {}
         style = "red" if r["status"] == "error" or (r["device"], r["target"]) in misses else (
             "yellow" if r["status"] != "ok" else "")
         table.add_row(r["device"], str(r["target"]), str(r["status"]), _fmt(r["p50"], ".3f"),
@@ -62,6 +66,7 @@ def results_table(run: BenchRun) -> Table:
                       _fmt(r["rss_mb"], ".1f"), _fmt(r["energy_mj"], ".4g"),
                       _fmt(par.get("max_abs_err"), ".1e"),
                       _fmt(par.get("top1_agreement"), ".0%"),
+                      *([_fmt(acc.get("top1"), ".2%")] if frames else []),
                       _fmt(r["budget_ms"], "g"), style=style)
     return table
 

@@ -43,6 +43,8 @@ class BenchRun:
                             "min": lat.get("min"), "throughput": t.get("throughput_ips"),
                             "rss_mb": t.get("peak_rss_mb"), "load_ms": t.get("load_ms"),
                             "parity": t.get("parity"),
+                            # top-1 on the raw frames the device preprocessed itself
+                            "accuracy": t.get("accuracy"),
                             "energy_j": t.get("energy_j_per_inference"),
                             "energy_mj": energy_mj(t),
                             "budget_ms": d.get("budget_latency_ms"),

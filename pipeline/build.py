@@ -165,16 +165,25 @@ def _load(req: BuildRequest, events: Events) -> Inputs:
         ref = stages.reference(loaded, splits, metric)
     if loaded.batch.mode != "dynamic":
         events.info(f"batch: {loaded.batch.detail}")
-    lo, hi = ref.accuracy_ci95 or (ref.accuracy, ref.accuracy)
-    events.info(f"reference ({ref.source}) "
-                f"{'top-1' if ref.correct is not None else ref.metric.name} on "
-                f"{len(splits.val_x)} val samples: "
-                f"{ref.accuracy * 100:.2f}% (95% CI {lo * 100:.2f}-{hi * 100:.2f}%)")
-    too_small = validate.resolution_warning(
-        validate.resolution(len(splits.val_y), profile.budgets.accuracy_drop))
-    if too_small:
-        events.warn(too_small)
+    events.info(f"reference ({ref.source}) {_reference_figure(ref, len(splits.val_x))}")
+    if ref.correct is not None:  # the flip arithmetic is top-1's; other metrics get a CI
+        too_small = validate.resolution_warning(
+            validate.resolution(len(splits.val_y), profile.budgets.accuracy_drop))
+        if too_small:
+            events.warn(too_small)
     return Inputs(profile_path, profile, targets, loaded, splits, ref)
+
+
+def _reference_figure(ref: stages.Reference, n: int) -> str:
+    """"top-1 on N val samples: 97.50% (95% CI ...)", or the primary metric's value in its
+    own terms (mAP as a percentage, MSE as a number): a binomial interval is top-1's."""
+    if ref.correct is not None:
+        lo, hi = ref.accuracy_ci95 or (ref.accuracy, ref.accuracy)
+        return (f"top-1 on {n} val samples: {ref.accuracy * 100:.2f}% "
+                f"(95% CI {lo * 100:.2f}-{hi * 100:.2f}%)")
+    m = ref.metric
+    value = f"{ref.accuracy * 100:.2f}%" if m.scale == 100 else f"{ref.accuracy:.6g}"
+    return f"{m.name} on {n} val samples: {value}"
 
 
 def _check_overrides(req: BuildRequest, profile: Profile) -> None:

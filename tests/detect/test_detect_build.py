@@ -51,6 +51,8 @@ def test_detector_builds_onnx_and_c_int8_judged_by_map(cli, tmp_path, scenes_dir
     r = cli("build", detector_ckpt, "--arch", ARCH, "--data", scenes_dir, "--task", "detect",
             "--profile", profile, "--out", out)
     assert r.code == 0, r.out + r.err
+    # the console states mAP as mAP: no binomial interval, no top-1 "flipped prediction"
+    assert "map50 on " in r.err and "flipped prediction" not in r.err, r.err
     m = json.loads((out / "manifest.json").read_text())
     assert m["metric"]["name"] == "map50"
     packing = m["outputs"]

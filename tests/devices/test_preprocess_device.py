@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -173,6 +174,16 @@ def test_local_bench_scores_the_raw_frames_as_the_build_validated(frames_build, 
         hashlib.sha256(val_x.astype("<f4").tobytes()).hexdigest()
     assert got["c-int8"]["accuracy"]["preprocess"].startswith("C harness")
     assert 0.2 < got["onnx-fp32"]["accuracy"]["top1"] < 0.9  # not a score any input gets
+    # the console table shows the frames' top-1 beside parity's agreement
+    from rich.console import Console
+
+    from edgesmith.cli.bench import results_table
+    from edgesmith.devices.verdict import BenchRun
+
+    console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(results_table(BenchRun(build, json.loads(r.stdout)["devices"])))
+    text = console.export_text()
+    assert "frames top-1" in text and f"{got['c-int8']['accuracy']['top1']:.2%}" in text
 
 
 def _harness(build: Path, tmp: Path) -> Path:
