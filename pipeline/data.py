@@ -176,32 +176,64 @@ def _check_labels_nonnegative(y: np.ndarray, where: str) -> None:
                         fix="store class indices 0..K-1 in y")
 
 
-def _check_arrays(x: Any, y: Any, where: str) -> tuple[np.ndarray, np.ndarray]:
+def _check_arrays(x: Any, y: Any, where: str,
+                  real: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``x`` as float32 and ``y`` as class ids, or, with ``real`` (--task regress|raw), as
+    float32 target values of any shape per sample, each checked where the file is known."""
     x = np.asarray(x)
     y = np.asarray(y)
     if x.ndim < 2:
         raise DataError(f"x has shape {x.shape}; expected (N, ...) with one sample per row",
                         where=where, fix="store inputs as an array of shape (N, C, H, W)")
+    if real:
+        return _check_inputs(x, y, where), _real_targets(y, len(x), where)
     if y.ndim != 1:
-        raise DataError(f"y has shape {y.shape}; expected (N,) integer class labels", where=where)
+        raise DataError(f"y has shape {y.shape}; expected (N,) integer class labels", where=where,
+                        fix="for target values instead of classes pass --task regress "
+                            "(or --task raw)")
+    if not np.issubdtype(y.dtype, np.integer):
+        if np.issubdtype(y.dtype, np.floating) and np.all(np.mod(y, 1) == 0):
+            y = y.astype(np.int64)
+        else:
+            raise DataError(f"y has dtype {y.dtype}; expected integer class labels", where=where,
+                            fix="for target values instead of classes pass --task regress "
+                                "(or --task raw)")
+    x32 = _check_inputs(x, y, where)
+    y = y.astype(np.int64)
+    _check_labels_nonnegative(y, where)
+    return x32, y
+
+
+def _check_inputs(x: np.ndarray, y: np.ndarray, where: str) -> np.ndarray:
     if len(x) != len(y):
         raise DataError(f"x has {len(x)} samples but y has {len(y)}", where=where,
                         fix="x and y must have one label per sample")
     if len(x) < MIN_SAMPLES:
         raise DataError(f"only {len(x)} samples; need at least {MIN_SAMPLES}", where=where)
-    if not np.issubdtype(y.dtype, np.integer):
-        if np.issubdtype(y.dtype, np.floating) and np.all(np.mod(y, 1) == 0):
-            y = y.astype(np.int64)
-        else:
-            raise DataError(f"y has dtype {y.dtype}; expected integer class labels", where=where)
     if not np.issubdtype(x.dtype, np.number) or np.iscomplexobj(x):
         raise DataError(f"x has dtype {x.dtype}; expected real numbers", where=where)
     with np.errstate(over="ignore", invalid="ignore"):
         x32 = np.ascontiguousarray(x, dtype=np.float32)
     _check_finite(x, x32, where)
-    y = y.astype(np.int64)
-    _check_labels_nonnegative(y, where)
-    return x32, y
+    return x32
+
+
+def _real_targets(y: np.ndarray, n: int, where: str) -> np.ndarray:
+    """Regression / raw targets: numbers per sample (the metric compares them with the
+    outputs), finite, as float32."""
+    if y.ndim < 1 or len(y) != n or not np.issubdtype(y.dtype, np.number) \
+            or np.iscomplexobj(y):
+        raise DataError(f"y has shape {y.shape} and dtype {y.dtype}; expected real target "
+                        f"values, one row per sample ({n})", where=where)
+    with np.errstate(over="ignore", invalid="ignore"):
+        y32 = np.ascontiguousarray(y, dtype=np.float32)
+    bad = ~np.isfinite(y32)
+    if bad.any():
+        i, count = _first_bad(bad)
+        raise DataError(f"y is not finite: sample {i} holds NaN or Inf (or a value beyond "
+                        f"float32); {count} sample(s) do", where=where,
+                        fix="drop or repair those samples")
+    return y32
 
 
 def _make(parts: dict[str, tuple[np.ndarray, np.ndarray]], source: str, seed: int,
@@ -212,7 +244,8 @@ def _make(parts: dict[str, tuple[np.ndarray, np.ndarray]], source: str, seed: in
         listed = ", ".join(f"{k} {list(v)}" for k, v in shapes.items())
         raise DataError(f"the splits' samples differ in shape: {listed}", where=source,
                         fix="every split must hold samples of the one shape the model takes")
-    num_classes = max(int(parts[k][1].max()) for k in ("train", "calib", "val")) + 1
+    num_classes = (max(int(parts[k][1].max()) for k in ("train", "calib", "val")) + 1
+                   if np.issubdtype(parts["val"][1].dtype, np.integer) else 0)  # 0: targets
     spec = InputSpec(shape=tuple(int(d) for d in shapes["train"]), normalization=normalization)
     return Splits(
         train_x=parts["train"][0], train_y=parts["train"][1],
@@ -236,7 +269,8 @@ def check_labels(splits: Splits, outputs: np.ndarray, model: str) -> None:
     would make every accuracy figure silently wrong. Called once the reference outputs
     are known, since only they tell the model's class count."""
     width = int(np.prod(outputs.shape[1:])) if outputs.ndim > 1 else 1
-    if isinstance(splits.val_y, list) or splits.num_classes <= width:  # boxes: the metric
+    if isinstance(splits.val_y, list) or not splits.num_classes \
+            or splits.num_classes <= width:  # boxes, target values: the metric judges them
         return
     where, i, label, count = _first_label_beyond(splits, width)
     raise DataError(
@@ -326,13 +360,13 @@ def _corrupt(where: str, e: Exception) -> DataError:
                      where=where, fix=f"copy the file again, or re-save it with {_SAVE_HINT}")
 
 
-def _from_npz(path: Path, seed: int, rule: SplitRule) -> Splits:
+def _from_npz(path: Path, seed: int, rule: SplitRule, real: bool = False) -> Splits:
     where = str(path)
-    x, y = _check_arrays(*_read_npz(path), where)
+    x, y = _check_arrays(*_read_npz(path), where, real)
     return _from_arrays(x, y, where, seed, {"formula": "as stored in the npz"}, rule)
 
 
-def _from_callable(ref: str, seed: int, rule: SplitRule) -> Splits:
+def _from_callable(ref: str, seed: int, rule: SplitRule, real: bool = False) -> Splits:
     fn = import_callable(ref, DataError)
     try:
         result = fn()
@@ -347,12 +381,12 @@ def _from_callable(ref: str, seed: int, rule: SplitRule) -> Splits:
         if missing:
             raise DataError(f"returned dict lacks {sorted(missing)}", where=ref,
                             fix="return (x, y) or {'train': (x, y), 'val': (x, y), 'calib': ...}")
-        parts = {k: _check_arrays(*result[k], f"{ref}[{k}]") for k in ("train", "val")}
-        parts["calib"] = (_check_arrays(*result["calib"], f"{ref}[calib]") if "calib" in result
-                          else parts["train"])
+        parts = {k: _check_arrays(*result[k], f"{ref}[{k}]", real) for k in ("train", "val")}
+        parts["calib"] = (_check_arrays(*result["calib"], f"{ref}[calib]", real)
+                          if "calib" in result else parts["train"])
         return _make(parts, ref, seed, {"formula": f"as returned by {ref}"})
     if isinstance(result, tuple | list) and len(result) == 2:
-        x, y = _check_arrays(result[0], result[1], ref)
+        x, y = _check_arrays(result[0], result[1], ref, real)
         return _from_arrays(x, y, ref, seed, {"formula": f"as returned by {ref}"}, rule)
     raise DataError(f"returned {type(result).__name__}; expected (x, y) or a dict of splits",
                     where=ref)
@@ -491,13 +525,17 @@ def _detection_folder(ref: str, task: str, from_cli: bool) -> bool:
     return False
 
 
+REAL_TASKS = ("regress", "raw")  # labels are target values, not class ids
+
+
 def load(ref: str, seed: int = 0, rule: SplitRule = SplitRule(),
          preprocess: Preprocess | None = None, preprocess_from_cli: bool = False,
          task: str = "classify") -> Splits:
     """``digits``, a ``.npz`` with ``x``/``y``, an image folder (one subfolder per class;
     with ``task`` detect: annotations.json and its images), or ``file.py:callable`` /
     ``module:callable``, split by ``rule`` (a callable returning ready-made splits keeps
-    its own). ``preprocess`` turns an image folder's frames into inputs; a
+    its own); with ``task`` regress or raw, ``y`` holds target values instead of class ids.
+    ``preprocess`` turns an image folder's frames into inputs; a
     ``--preprocess`` for data that are already tensors is refused."""
     if _detection_folder(ref, task, preprocess_from_cli and preprocess is not None):
         return _from_coco(Path(ref), seed, rule)
@@ -508,13 +546,14 @@ def load(ref: str, seed: int = 0, rule: SplitRule = SplitRule(),
                          fix="drop --preprocess, or pass a folder with one subfolder per class")
     if ref == "digits":
         return digits(seed, rule)
+    real = task in REAL_TASKS
     if is_callable_ref(ref):
-        return _from_callable(ref, seed, rule)
+        return _from_callable(ref, seed, rule, real)
     path = Path(ref)
     if path.suffix == ".npz":
         if not path.is_file():
             raise DataError(f"data file {ref} does not exist", fix="check the --data path")
-        return _from_npz(path, seed, rule)
+        return _from_npz(path, seed, rule, real)
     raise DataError(
         f"cannot tell what data {ref!r} is",
         fix="use `digits`, a .npz file with x and y arrays, an image folder (one subfolder "
