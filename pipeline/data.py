@@ -22,6 +22,7 @@ from edgesmith.errors import DataError, UsageError
 from edgesmith.inputs import InputSpec
 from edgesmith.profiles.schema import Preprocess
 
+from . import image_folder
 from . import preprocess as pre
 from .preprocess_spec import manifest_entry
 from .refs import import_callable, is_callable_ref
@@ -392,82 +393,12 @@ def _from_callable(ref: str, seed: int, rule: SplitRule, real: bool = False) -> 
                     where=ref)
 
 
-IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".ppm", ".pgm", ".tif",
-                  ".tiff"}
-FOLDER_HINT = ("one subfolder per class (data/cat/*.jpg, data/dog/*.jpg), as torchvision's "
-               "ImageFolder")
-
-
-def _class_folders(root: Path) -> list[Path]:
-    """The class subfolders, sorted by name (label = position); hidden ones skipped."""
-    folders = sorted((p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")),
-                     key=lambda p: p.name)
-    if not folders:
-        raise DataError("the folder has no class subfolders", where=str(root), fix=FOLDER_HINT)
-    return folders
-
-
-def _image_files(folder: Path) -> list[Path]:
-    files = sorted(p for p in folder.iterdir()
-                   if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
-    if not files:
-        raise DataError(f"class folder {folder.name!r} holds no images "
-                        f"({', '.join(sorted(IMAGE_SUFFIXES))})", where=str(folder),
-                        fix="put the class's images in it, or remove the empty folder")
-    return files
-
-
-def decode(path: Path) -> np.ndarray:
-    """One image file as an HWC uint8 RGB frame (Pillow), or a DataError naming it."""
-    from PIL import Image
-
-    try:
-        with Image.open(path) as im:
-            return np.asarray(im.convert("RGB"), dtype=np.uint8)
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
-        raise DataError(f"cannot decode the image: {type(e).__name__}: {e}", where=str(path),
-                        fix="replace or delete the file (Pillow must be able to open it)") from None
-
-
-def _same_size(frames: list[np.ndarray], files: list[Path], spec: Preprocess) -> None:
-    """Frames of different sizes give different input shapes unless a resize (or a crop
-    every frame can hold) brings them to one; say which two files differ."""
-    sizes = {f.shape[:2] for f in frames}
-    if len(sizes) == 1 or spec.resize:
-        return
-    if spec.center_crop:
-        small = next((i for i, f in enumerate(frames)
-                      if f.shape[0] < spec.center_crop[0] or f.shape[1] < spec.center_crop[1]),
-                     None)
-        if small is None:
-            return
-        h, w = frames[small].shape[:2]
-        raise DataError(f"the image is {h}x{w}, smaller than center_crop "
-                        f"{spec.center_crop[0]}x{spec.center_crop[1]}", where=str(files[small]),
-                        fix="declare a resize (--preprocess resize=HxW,...) or a smaller crop")
-    first = frames[0].shape[:2]
-    other = next(i for i, f in enumerate(frames) if f.shape[:2] != first)
-    raise DataError(f"images differ in size: {files[0]} is {first[0]}x{first[1]}, "
-                    f"{files[other]} is {frames[other].shape[0]}x{frames[other].shape[1]}",
-                    where=str(files[other].parent.parent),
-                    fix="declare a resize in the preprocess block (--preprocess "
-                        "resize=HxW,...) or resize the files")
-
-
 def _from_folder(root: Path, seed: int, rule: SplitRule, spec: Preprocess | None) -> Splits:
-    """An ImageFolder tree: sorted class folder names are the labels 0..K-1; every image is
-    decoded with Pillow and preprocessed by ``spec`` (none declared: the raw 0..255
+    """An ImageFolder tree (``image_folder.read``): sorted class folder names are the
+    labels 0..K-1, every frame preprocessed by ``spec`` (none declared: the raw 0..255
     pixels as float32 NCHW)."""
     spec = spec or Preprocess()
-    classes = _class_folders(root)
-    files: list[Path] = []
-    labels: list[int] = []
-    for label, folder in enumerate(classes):
-        found = _image_files(folder)
-        files += found
-        labels += [label] * len(found)
-    frames = [decode(f) for f in files]
-    _same_size(frames, files, spec)
+    frames, _, labels, classes = image_folder.read(root, spec)
     x = pre.apply(frames, spec.model_dump(mode="json")).astype(np.float32)
     x, y = _check_arrays(x, np.asarray(labels, np.int64), str(root))
     source = "declared" if spec != Preprocess() else "default (none declared)"
@@ -476,7 +407,7 @@ def _from_folder(root: Path, seed: int, rule: SplitRule, spec: Preprocess | None
     layout = "NCHW" if spec.layout == "nchw" else "NHWC"
     return dataclasses.replace(
         splits, spec=dataclasses.replace(splits.spec, layout=layout),
-        classes=[c.name for c in classes], preprocess=manifest_entry(spec, source),
+        classes=classes, preprocess=manifest_entry(spec, source),
         val_frames=[frames[i] for i in splits.origin["val"]])
 
 
