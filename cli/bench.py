@@ -17,6 +17,7 @@ from edgesmith.devices.fleet import resolve_devices
 from edgesmith.pipeline.bench import bench
 
 from .app import app, err_console, out_console
+from .render import print_whole
 
 
 class _RichBenchEvents(BenchEvents):
@@ -180,10 +181,10 @@ def bench_command(
     if as_json:
         out_console.print_json(json.dumps(run.to_json(), default=str))
     else:
-        out_console.print(results_table(run))
+        print_whole(out_console, results_table(run))
         sweep = sweep_table(run)
         if sweep is not None:
-            out_console.print(sweep)
+            print_whole(out_console, sweep)
         for note in _notes(run):
             out_console.print(note, markup=False, soft_wrap=True)
         out_console.print(f"results: {Path(build_dir) / 'bench'}   report: "

@@ -51,6 +51,8 @@ def test_full_bench_over_ssh_measures_onnx_tflite_and_c(sshd, demo_build):
     c_meta = next(t for t in built if t["name"] == "c-fp32")["meta"]
     assert c["c"]["arena_bytes"] == c_meta["arena_bytes"] and c["build_s"] > 0
     assert c["c"]["weights_bytes"] == c_meta["weights_bytes"]
+    # the harness's peak RSS holds at least its arena and weights, never a first page
+    assert c["peak_rss_mb"] * 2**20 >= c_meta["arena_bytes"] + c_meta["weights_bytes"]
     on_disk = json.loads((demo_build / "bench" / "test-sshd.json").read_text())
     assert on_disk["status"] == "ok" and len(on_disk["targets"]) == 3
     manifest = json.loads((demo_build / "manifest.json").read_text())
