@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from edgesmith.errors import UsageError
@@ -97,6 +98,63 @@ def frames(build: Build) -> Frames | None:
     return Frames(index, data, _spec(build.manifest, manifest))
 
 
+@dataclass(frozen=True)
+class Detect:
+    """A detection build's bench samples as boxes (``data/bench_detect.json``, written by
+    the build): the decode settings each device gets, the host's boxes per sample
+    (``detection.decode`` on the reference outputs) and the samples' labels, if kept."""
+
+    settings: dict[str, Any]
+    host_boxes: list[list[list[float]]]
+    labels: list[list[list[float]]] | None
+
+
+def _detect_problem(doc: Any, samples: int) -> str | None:
+    """Why a bench_detect.json cannot be used, or None."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("settings"), dict):
+        return "is not a JSON object with 'settings'"
+    st = doc["settings"]
+    levels = st.get("levels")
+    if not isinstance(levels, list) or not levels or not all(
+            isinstance(lv, list) and len(lv) == 3 and all(type(v) is int and v > 0 for v in lv)
+            for lv in levels):
+        return "settings.levels is not [[stride, height, width], ...] of positive integers"
+    if type(st.get("classes")) is not int or st["classes"] < 1 or type(st.get("max_boxes")) \
+            is not int or not all(isinstance(st.get(k), int | float)
+                                  for k in ("score_threshold", "iou_threshold")):
+        return "settings lack classes, max_boxes, score_threshold or iou_threshold"
+    for key in ("host_boxes", "labels"):
+        rows = doc.get(key)
+        if (rows is not None or key == "host_boxes") and not (
+                isinstance(rows, list) and len(rows) == samples):
+            return f"{key} is not one list per bench sample ({samples})"
+    return None
+
+
+def detect(build: Build) -> Detect | None:
+    """The build's detection settings and host boxes, checked before any upload (a broken
+    file is exit 2 naming it); None when the build is no detector with a packed head."""
+    rel = (build.manifest.get("bench_data") or {}).get("detect")
+    if rel is None:
+        return None
+    path = inside(build.root, rel, "bench_data.detect", build.root / "manifest.json")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise UsageError(f"cannot read the detection file: {e}", where=str(path),
+                         fix=REBUILD) from None
+    samples = _samples(build.input)
+    problem = _detect_problem(doc, samples)
+    if problem:
+        raise UsageError(f"the detection file's {problem}", where=str(path), fix=REBUILD)
+    return Detect(doc["settings"], doc["host_boxes"], doc.get("labels"))
+
+
+def _samples(npy: Path) -> int:
+    """The bench input's sample count, from its .npy header."""
+    return int(np.load(npy, mmap_mode="r").shape[0])
+
+
 def _threads(target: Target, options: BaseModel) -> int:
     """The format's threads option (0: the runtime's default, or a format without one)."""
     name = target.device_threads_option
@@ -108,6 +166,7 @@ def per_device(build: Build, devices: list[Device], force_prebuild: bool | None,
     """{device name: its targets}, built here where the format says so (``force_prebuild``:
     --prebuilt-c / --no-prebuilt-c, None when not given)."""
     frames(build)  # a broken frames index: one clear error before any device is contacted
+    detect(build)  # likewise a broken detection file
     built: dict[tuple[str, str], tuple[Path, list[str]]] = {}
     out: dict[str, list[BenchTarget]] = {}
     for device in devices:

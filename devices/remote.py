@@ -21,7 +21,9 @@ it, and every loader, stays Python 3.8 compatible: no ``match``, no ``X | Y`` ty
         each cpufreq governor, a few frequencies and the profile's duty cycle, with energy
         per inference where a sensor exists, and puts cpufreq back (see "power sweep");
         with --frames data/bench_frames.json --preprocess SPEC it also scores the build's
-        raw validation frames, preprocessed on the device (remote_preprocess.py)
+        raw validation frames, preprocessed on the device (remote_preprocess.py);
+        with --detect SETTINGS it decodes each bench sample's output into boxes
+        (a detector's post-processing, remote_detect.py)
 
 ``--stop-on-eof`` is how an interrupted or dropped ``edgesmith bench`` stops work on the
 device: closing the SSH channel closes the command's stdin. Signals are no substitute:
@@ -123,9 +125,13 @@ def argmax(v):
     return best
 
 
+OUTPUTS = []  # the outputs of the last parity pass, one flat list per bench sample
+
+
 def parity(outputs, references):
     """max |a-b|, cosine over everything, and top-1 agreement per sample."""
     max_abs, dot, na, nb, agree = 0.0, 0.0, 0.0, 0.0, 0
+    OUTPUTS[:] = outputs  # what a detection build's boxes are decoded from (cmd_bench)
     for out, ref in zip(outputs, references):
         if len(out) != len(ref):
             raise ValueError(f"output has {len(out)} values, the reference {len(ref)}")
@@ -464,6 +470,22 @@ def preprocessing():
     return namespace("part", "preprocess", PART_SOURCES)
 
 
+def detecting():
+    """The detection part (devices/remote_detect.py), compiled once."""
+    return namespace("part", "detect", PART_SOURCES)
+
+
+def decoded_boxes(settings):
+    """The bench samples' boxes (remote_detect.detections), or what stopped the decode:
+    a finding beside the latency, not a reason to lose it."""
+    try:
+        return detecting().detections(OUTPUTS, settings)
+    except DeadlineExceeded:
+        raise
+    except Exception as e:  # noqa: BLE001  reported as data, with its type
+        return {"boxes_per_sample": None, "error": f"{type(e).__name__}: {e}"}
+
+
 def frames_accuracy(score):
     """``score()``'s figures, or what stopped it: a frame the spec or the model cannot
     take is a finding beside the latency, not a reason to lose it."""
@@ -566,6 +588,8 @@ def cmd_bench(args):
             measure = sweep_measure(mod, args, deadline)
         else:
             measure = bench_python(args, result, samples, sample_shape, references, mod)
+        if args.detect is not None:  # a detector: the bench samples' boxes, decoded here
+            result["detections"] = decoded_boxes(args.detect)
         result["status"] = "ok"
         if args.power_sweep is not None:
             result["power_sweep"] = power().power_sweep(args, measure)
@@ -624,6 +648,9 @@ def parse(argv):
                         "preprocessed by --preprocess and scored top-1 against its label")
     b.add_argument("--preprocess", type=json.loads, default=None, metavar="JSON",
                    help="the build's preprocess spec (manifest data.preprocess), for --frames")
+    b.add_argument("--detect", type=json.loads, default=None, metavar="JSON",
+                   help="a detector's decode settings (levels, classes, thresholds): "
+                        "decode each bench sample's output into boxes (remote_detect.py)")
     b.add_argument("--stop-on-eof", action="store_true",
                    help="stop, with everything started, when stdin closes (the SSH "
                         "channel or the local pipe of edgesmith bench)")

@@ -22,10 +22,11 @@ from edgesmith.errors import DeviceError, EdgesmithError
 from .build_folder import BenchTarget, Build
 from .device import BenchEvents, Device, safe_name
 from .merge import device_record
-from .prepare import Frames, frames
+from .prepare import Frames, detect, frames
 from .remote import last_json_line  # the device script's own reader: one parser of its output
 from .script import REMOTE_NAME
 from .transport import Transport
+from .verdict import judge_detections
 
 LOCAL_TIMEOUT_S = 600.0
 GRACE_S = 15.0  # the SSH timeout backs up the script's own deadline by this much
@@ -107,6 +108,7 @@ class DeviceRun:
         self.exec_wrapper = list(exec_wrapper or [])
         self.power = power  # the sweep plan (power_plan), None: no sweep
         self.frames = frames(build)  # raw val frames + spec: scored on the device too
+        self.detect = detect(build)  # a detector's decode settings + the host's boxes
         self.runs, self.warmup, self.keep, self.events = runs, warmup, keep, events
         self.timeout = device.ssh.command_timeout_s if device.ssh else LOCAL_TIMEOUT_S
         self.out = build.root / "bench" / device.file_name
@@ -232,6 +234,8 @@ class DeviceRun:
         if self.frames is not None:
             argv += ["--frames", FRAMES_INDEX,
                      "--preprocess", json.dumps(self.frames.spec, sort_keys=True)]
+        if self.detect is not None:
+            argv += ["--detect", json.dumps(self.detect.settings, sort_keys=True)]
         if target.weights:
             argv += ["--weights", target.weights]
         if target.prebuilt:
@@ -253,4 +257,7 @@ class DeviceRun:
         doc["measured_unix"] = int(time.time())
         if target.prebuilt:
             doc["prebuilt"] = {"built": "here", **target.prebuilt}
+        if self.detect is not None and isinstance(doc.get("detections"), dict):
+            doc["detections"] = judge_detections(doc["detections"], self.detect.host_boxes,
+                                                 self.detect.labels)
         return doc

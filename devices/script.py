@@ -19,7 +19,8 @@ from edgesmith.target import Target
 REMOTE_SCRIPT = Path(__file__).with_name("remote.py")
 # parts of the script kept in files of their own (name -> file), embedded like the loaders
 PARTS = {"power": Path(__file__).with_name("remote_power.py"),
-         "preprocess": Path(__file__).with_name("remote_preprocess.py")}
+         "preprocess": Path(__file__).with_name("remote_preprocess.py"),
+         "detect": Path(__file__).with_name("remote_detect.py")}
 REMOTE_NAME = "edgesmith_remote.py"
 MARK = "# @@LOADERS@@\n"
 DEVICE_PYTHON = (3, 8)  # the oldest python a device image may have

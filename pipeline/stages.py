@@ -26,7 +26,7 @@ from edgesmith.profiles.schema import TargetSpec
 from edgesmith.target import ConvertContext, Target
 from edgesmith.versions import tool_versions
 
-from . import bench_frames, cache, registry, validate
+from . import bench_detect, bench_frames, cache, registry, validate
 from .data import Splits, check_labels
 from .metrics import Metric
 from .model import LoadedModel, check_input, pack_outputs
@@ -337,7 +337,8 @@ def write_bench_data(root: Path, splits: Splits, ref: Reference) -> dict[str, st
     np.save(data / "bench_input.npy", splits.val_x[:n])
     np.save(data / "bench_reference.npy", ref.outputs[:n])
     return {"input": "data/bench_input.npy", "reference": "data/bench_reference.npy",
-            **bench_frames.write(data, splits)}  # an image folder's raw val frames
+            **bench_frames.write(data, splits),  # an image folder's raw val frames
+            **bench_detect.write(data, ref.outputs[:n], splits.val_y, ref.metric)}  # boxes
 
 
 def _ram_problem(artifact: Artifact, ram_mb: int) -> str | None:
