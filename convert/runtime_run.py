@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from edgesmith.convert import runtime_env
+from edgesmith.convert import runtime_env, tflite
 
 # Runs in the env: the format's device loader, fed one sample at a time, as on a device.
 _RUNNER = '''
@@ -142,8 +142,6 @@ def tflite_builtin_runner(path: Path, num_threads: int = 1):
     delegate): the kernel set tflite-runtime 2.14 runs INT8 models with, bit for bit on
     MobileNetV2-digits32, where XNNPACK's requantization differs by up to 19 LSB."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    from edgesmith.convert import tflite
 
     interp = Interpreter(str(path), num_threads=num_threads,
                          experimental_op_resolver_type=(

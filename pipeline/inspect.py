@@ -8,9 +8,13 @@ from typing import Any
 
 import numpy as np
 
+from edgesmith.convert.onnx_qdq import quantize_qdq
 from edgesmith.errors import ModelLoadError
+from edgesmith.inputs import CalibrationSet
 from edgesmith.profiles import load as load_profile
 from edgesmith.profiles import resolve_path
+from edgesmith.targets import codegen, mcu_size
+from edgesmith.targets.mcu_size import targets_mcu
 
 from . import data as data_mod
 from . import model as model_mod
@@ -53,8 +57,6 @@ def inspect(model_ref: str, profile_ref: str, *, data: str | None = None,
 
 def _mcu_c_int8(spec: Any, options: Any) -> bool:
     """An int8 C target the profile cross-compiles for a Cortex-M (weights in flash)."""
-    from edgesmith.targets.mcu_size import targets_mcu
-
     return spec.format.value == "c" and spec.precision.value == "int8" and targets_mcu(
         getattr(options, "cross_cc", None), getattr(options, "cross_cflags", ""))
 
@@ -65,10 +67,6 @@ def mcu_estimate(spec: Any, options: Any, onnx_path: Path, samples: np.ndarray, 
     (sizes do not depend on the scales), lowered and generated for the profile's cross
     compiler, its library (all but the weights array, counted from the plan) compiled and
     measured as the build's size check does (targets/mcu_size.py)."""
-    from edgesmith.convert.onnx_qdq import quantize_qdq
-    from edgesmith.inputs import CalibrationSet
-    from edgesmith.targets import codegen, mcu_size
-
     qdq = quantize_qdq(onnx_path, CalibrationSet(np.ascontiguousarray(samples)),
                        work / "mcu_qdq.onnx")
     folder = work / f"mcu-{spec.name}"

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from edgesmith.convert.optimize import ort_session
 from edgesmith.errors import ModelLoadError
 
 
@@ -154,8 +155,6 @@ def pack_onnx(source: Path | bytes, x: np.ndarray, max_batch: int | None
     the packing; None when the graph has one output. Shapes come from a run on ``x``."""
     import onnx
     from onnx import helper, numpy_helper
-
-    from edgesmith.convert.optimize import ort_session
 
     model = onnx.load_from_string(source) if isinstance(source, bytes) else onnx.load(
         str(source))
