@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-MODEL = '''
+SOURCE = '''
+import numpy as np
 import torch
 from torch import nn
 
@@ -17,13 +18,6 @@ from torch import nn
 def build():
     torch.manual_seed(0)
     return nn.Sequential(nn.Flatten(), nn.Linear(64, 3)).eval()
-'''
-
-DATA = '''
-import numpy as np
-import torch
-
-from model import build
 
 
 def get():
@@ -36,19 +30,19 @@ def get():
 
 @pytest.fixture()
 def regress_files(tmp_path: Path) -> Path:
-    (tmp_path / "model.py").write_text(MODEL)
-    (tmp_path / "data.py").write_text(DATA)
+    """One file holds the model and its data (a second file importing the first by a
+    module name such as ``model`` would find another test's module in sys.modules)."""
+    (tmp_path / "regress.py").write_text(SOURCE)
     return tmp_path
 
 
 def _build(cli, folder: Path, *extra: str):
-    return cli("convert", f"{folder}/model.py:build", "--data", f"{folder}/data.py:get",
+    return cli("convert", f"{folder}/regress.py:build", "--data", f"{folder}/regress.py:get",
                "--target", "onnx:fp32", "--target", "onnx:int8", "--out", str(folder / "out"),
                *extra)
 
 
-def test_regression_targets_are_judged_by_mse(cli, regress_files, monkeypatch):
-    monkeypatch.syspath_prepend(str(regress_files))
+def test_regression_targets_are_judged_by_mse(cli, regress_files):
     r = _build(cli, regress_files, "--task", "regress")
     assert r.code == 0, r.out + r.err
     m = json.loads((regress_files / "out" / "manifest.json").read_text())
@@ -59,8 +53,7 @@ def test_regression_targets_are_judged_by_mse(cli, regress_files, monkeypatch):
     assert "mse on " in r.err
 
 
-def test_real_labels_without_a_regression_task_name_the_flag(cli, regress_files, monkeypatch):
-    monkeypatch.syspath_prepend(str(regress_files))
+def test_real_labels_without_a_regression_task_name_the_flag(cli, regress_files):
     r = _build(cli, regress_files)
     assert r.code == 2, r.out + r.err
     assert "--task regress" in r.err and "Traceback" not in r.err
