@@ -82,12 +82,7 @@ def _run_c(folder: Path, x: np.ndarray, score: float, iou: float):
                           text=True).stdout.splitlines()
     raw = np.fromfile(folder / "outputs.bin", np.float32).reshape(len(x), -1)
     levels = [raw[:, :9 * 256].reshape(-1, 9, 16, 16), raw[:, 9 * 256:].reshape(-1, 9, 8, 8)]
-    images, i = [], 0
-    while i < len(text):
-        count = int(text[i].split()[2])
-        rows = [list(map(float, line.split())) for line in text[i + 1:i + 1 + count]]
-        images.append(np.array(rows, np.float64).reshape(-1, 6))
-        i += 1 + count
+    images = parse_boxes(text)
     return images, levels
 
 
@@ -134,3 +129,15 @@ def assert_same_boxes(py: list, c_boxes: list) -> int:
         total += len(cb)
     assert total >= 5  # boxes were found: the comparison was not vacuous
     return total
+
+
+def parse_boxes(text: list[str]) -> list[np.ndarray]:
+    """The driver's printout, per image a header line ("image I COUNT") and COUNT rows of
+    (class, x0, y0, x1, y1, score), as one (COUNT, 6) array per image."""
+    images, i = [], 0
+    while i < len(text):
+        count = int(text[i].split()[2])
+        rows = [list(map(float, line.split())) for line in text[i + 1:i + 1 + count]]
+        images.append(np.array(rows, np.float64).reshape(-1, 6))
+        i += 1 + count
+    return images

@@ -16,7 +16,7 @@ import torch
 from edgesmith.pipeline import detection
 from edgesmith.pipeline.packing import pack_torch
 from edgesmith.targets import codegen
-from tests.detect.test_es_detect_c import MAIN_C, assert_same_boxes
+from tests.detect.test_es_detect_c import MAIN_C, assert_same_boxes, parse_boxes
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
 
@@ -54,12 +54,7 @@ def _run(folder: Path, x: np.ndarray, score: float, iou: float):
                            "outputs.bin"], cwd=folder, check=True, capture_output=True,
                           text=True).stdout.splitlines()
     packed = np.fromfile(folder / "outputs.bin", np.float32).reshape(len(x), 9, 320)
-    images, i = [], 0
-    while i < len(text):
-        count = int(text[i].split()[2])
-        rows = [list(map(float, line.split())) for line in text[i + 1:i + 1 + count]]
-        images.append(np.array(rows, np.float64).reshape(-1, 6))
-        i += 1 + count
+    images = parse_boxes(text)
     return images, packed
 
 
