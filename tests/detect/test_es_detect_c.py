@@ -5,7 +5,6 @@ outputs. Same boxes, scores within 1e-5. Small: 32 images of a briefly trained m
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -16,8 +15,13 @@ import torch
 
 from edgesmith.pipeline import detection
 from edgesmith.targets import codegen
+from tests.conftest import require_tools
 
-pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+
+@pytest.fixture(autouse=True)
+def _tools() -> None:
+    """The Makefile installs these: missing is a broken setup, a failure, not a skip."""
+    require_tools('cc')
 
 MAIN_C = r"""
 #include <stdio.h>

@@ -4,16 +4,17 @@ the bare-metal start-up and the flash-resident weights checked by running them."
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pytest
 
+from tests.conftest import require_tools
 from tests.targets.test_mcu_kernels import generate_for, geometry_qdq  # noqa: F401
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None,
-    reason="qemu-system-arm or arm-none-eabi-gcc missing: `make system-deps` installs them")
+
+@pytest.fixture(autouse=True)
+def _tools() -> None:
+    """The Makefile installs these: missing is a broken setup, a failure, not a skip."""
+    require_tools('qemu-system-arm', 'arm-none-eabi-gcc')
 
 
 def test_digits_cnn_on_emulated_cortex_m7_equals_host_bit_for_bit(digits_qdq, digits_splits,

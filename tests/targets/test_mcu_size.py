@@ -3,15 +3,18 @@ objects) and RAM (arena + .bss + .data + stack), not the size of the generated C
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import pytest
 
+from tests.conftest import require_tools
 from tests.targets.test_mcu_kernels import M7_CC, M7_FLAGS, geometry_qdq  # noqa: F401
 
-pytestmark = pytest.mark.skipif(shutil.which(M7_CC) is None,
-                                reason="arm-none-eabi-gcc missing (make system-deps)")
+
+@pytest.fixture(autouse=True)
+def _tools() -> None:
+    """The Makefile installs these: missing is a broken setup, a failure, not a skip."""
+    require_tools('arm-none-eabi-gcc', 'arm-none-eabi-size')
 
 
 def _m7_folder(qdq, out):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from edgesmith.pipeline import preprocess
-from tests.conftest import ROOT
+from tests.conftest import ROOT, require_tools
 
 RUNTIME = ROOT / "targets" / "runtime"
 DTYPES = {"float32": (0, np.float32), "uint8": (1, np.uint8), "int8": (2, np.int8)}
@@ -70,9 +70,8 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory) -> Path:
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        pytest.skip("no C compiler")
+    require_tools("gcc")
+    cc = shutil.which("gcc")
     d = tmp_path_factory.mktemp("pre")
     (d / "driver.c").write_text(DRIVER)
     exe = d / "driver"
