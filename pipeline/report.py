@@ -35,7 +35,9 @@ def _pct(v: float | None) -> str:
 
 def target_rows(manifest: dict[str, Any]) -> list[list[str]]:
     """One row per target; shared by the markdown, the HTML and the CLI table. Sizes are
-    compared with the FP32 artifact of the same format (the first FP32 one otherwise)."""
+    compared with the FP32 artifact of the same format (the first FP32 one otherwise). A
+    Cortex-M C target shows its flash (.text + .rodata + .data, what the board holds), not
+    the folder of C sources that produced it, and says so."""
     targets = manifest.get("targets", [])
     fp32 = {t["format"]: t["size_bytes"] for t in targets
             if t.get("precision") == "fp32" and t.get("size_bytes")}
@@ -43,15 +45,17 @@ def target_rows(manifest: dict[str, Any]) -> list[list[str]]:
     rows = []
     for t in targets:
         parity = t.get("parity") or {}
-        size = t.get("size_bytes")
+        flash = (t.get("meta") or {}).get("flash_bytes")
+        size = flash if flash is not None else t.get("size_bytes")
         base = fp32.get(t.get("format"), any_fp32)
-        ratio = f"{size / base:.2f}x" if size and base else "—"
+        ratio = f"{size / base:.2f}x" if size and base and flash is None else "—"
         not_run = t.get("status") == "ok" and t.get("ran") is False
         rows.append([
             t["name"], t.get("status", "?"), "not run" if not_run else _pct(t.get("accuracy")),
             _fmt(t.get("accuracy_drop"), ".2f"),
             _fmt(parity.get("max_abs_err"), ".1e"), _fmt(parity.get("cosine"), ".5f"),
-            f"{size / 1024:.1f}" if size else "—", ratio,
+            (f"{size / 1024:.1f}" + (" flash" if flash is not None else "")) if size else "—",
+            ratio,
             _fmt(t.get("latency_ms_p50"), ".3f"),
         ])
     return rows
