@@ -19,7 +19,7 @@ from edgesmith import __version__, capture, outdir
 from edgesmith.artifact import sha256_path, write_json_atomic
 from edgesmith.compress.calibration import CalibrationSet, from_splits
 from edgesmith.convert import compat, export, optimize
-from edgesmith.errors import BudgetError, EdgesmithError
+from edgesmith.errors import BudgetError, EdgesmithError, UsageError
 from edgesmith.profiles import load as load_profile
 from edgesmith.profiles import resolve_path
 from edgesmith.profiles.schema import Profile, TargetSpec
@@ -159,6 +159,7 @@ def _load(req: BuildRequest, events: Events) -> Inputs:
         export.check_opset(req.opset, None if loaded.torch_model is not None else loaded.ref)
         pre_spec, profile = preprocess_spec.for_build(req.preprocess, profile)
         metric = metrics.primary(req.task, req.metric)
+        _check_task_compress(req, profile, loaded, str(profile_path))
         splits = data_mod.load(req.data, seed=req.seed, rule=req.split, preprocess=pre_spec,
                                preprocess_from_cli=req.preprocess is not None, task=req.task)
         loaded = stages.fit_batch(loaded, splits)
@@ -204,11 +205,32 @@ def _overrides(req: BuildRequest) -> Any:
                      qat_epochs=req.qat_epochs)
 
 
+def _check_task_compress(req: BuildRequest, profile: Profile, loaded: model_mod.LoadedModel,
+                         where: str) -> None:
+    """Fine-tuning and QAT train with cross-entropy on class ids: on a detector or a
+    regressor they would train the wrong loss for minutes, then judge the result with
+    another metric. Stop before any work instead, naming the ways out."""
+    if _asks_compress(req, profile) and loaded.torch_model is not None \
+            and req.task != "classify":
+        raise UsageError(
+            f"compression (prune + fine-tune, QAT) trains with cross-entropy on class labels; "
+            f"this build is --task {req.task}",
+            where=where,
+            fix="run `edgesmith convert` (no compression) with the same arguments, or turn off "
+                "compress.prune.enabled and compress.qat.enabled in the profile; compress the "
+                "model with your own training loop first if you need it pruned")
+
+
+def _asks_compress(req: BuildRequest, profile: Profile) -> bool:
+    """--compress/--no-compress when given, else whether the profile or a CLI override
+    turns pruning or QAT on."""
+    c = profile.compress
+    return bool(req.compress if req.compress is not None else (
+        c.prune.enabled or c.qat.enabled or req.prune_ratio is not None or bool(req.qat)))
+
+
 def _wants_compress(req: BuildRequest, inputs: Inputs) -> bool:
-    c = inputs.profile.compress
-    wanted = req.compress if req.compress is not None else (
-        c.prune.enabled or c.qat.enabled or req.prune_ratio is not None or bool(req.qat))
-    return bool(wanted) and inputs.loaded.torch_model is not None
+    return _asks_compress(req, inputs.profile) and inputs.loaded.torch_model is not None
 
 
 def _compress(req: BuildRequest, inputs: Inputs, root: Path, work_dir: Path,

@@ -98,6 +98,18 @@ def test_detection_folder_without_task_detect_is_exit_2(cli, tmp_path, scenes_di
     assert not (tmp_path / "b").exists()
 
 
+def test_compressing_a_detector_is_exit_2_before_any_work(cli, tmp_path, scenes_dir,
+                                                          detector_ckpt):
+    """Fine-tuning trains cross-entropy on class ids: a detector would train the wrong loss
+    for minutes and then be judged by mAP."""
+    r = cli("build", detector_ckpt, "--arch", ARCH, "--data", scenes_dir, "--task", "detect",
+            "--prune-ratio", "0.5", "--profile",
+            _profile(tmp_path, "{format: onnx, precision: fp32}"), "--out", tmp_path / "b")
+    assert r.code == 2, r.out + r.err
+    assert "cross-entropy on class labels" in r.out + r.err and "edgesmith convert" in r.out + r.err
+    assert "Traceback" not in r.out + r.err and not (tmp_path / "b").exists()
+
+
 @pytest.mark.parametrize("data, words", [("digits", "is not a folder"),
                                          ("classes", "no annotations.json")])
 def test_task_detect_without_a_detection_folder_is_exit_2(cli, tmp_path, detector_ckpt, data,
