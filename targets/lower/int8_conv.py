@@ -5,6 +5,7 @@ The pattern is matched and the geometry, bias and requantisation tables are comp
 weights in that kernel's layout (``packing``), with its scratch from ``kernels``:
 
     reference kernels       es_conv2d_i8 (the portable oracle)
+    under 4 channels, VNNI  es_conv2d_i8_stem (whole patches, four taps to a word)
     one group, AVX-512 VNNI es_conv2d_i8_cl (small planes) or es_conv2d_i8_dot
     one group               es_conv2d_i8_gemm (im2col + int16-pair GEMM)
     depthwise               es_dwconv2d_i8_hwc (16-channel HWC blocks)
@@ -87,6 +88,13 @@ def _choose(L: Lowerer, node, w: np.ndarray, bias: np.ndarray, x_zp: int,
         return K.CONV_I8, L.const_tensor(node.name + "_w", w, "i8"), bias
     if (mcu := int8_mcu.conv_kernel(L, node, w, p)) is not None:
         return (*mcu, bias)  # a Cortex-M: int8 weights in flash, widened at run time
+    if K.use_stem(p) and L.isa >= VNNI and (dot := dot_operands(w.reshape(m, -1, 1, 1), bias,
+                                                                x_zp)):
+        # a stem (RGB): the reduction over whole patches, taps in (c, kh, kw) order four to a
+        # word, weights [M8][K4][8][4]; scratch: one output row's im2col block and the padded
+        # input rows split by column phase
+        wt = L.const_tensor(node.name + "_ws", blocked_weights(dot[0], 8), "i8")
+        return K.CONV_I8_STEM, wt, dot[1]
     if group == 1 and L.isa >= VNNI and (dot := dot_operands(w.reshape(m, c, *kk), bias, x_zp)):
         # u8 x s8 dot-product GEMM (vpdpbusd): int8 weights tap-major in channel quads, the
         # u8 shift folded into the bias; scratch: the padded input as channel-quad planes

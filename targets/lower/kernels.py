@@ -87,6 +87,22 @@ def dw_f32_scratch(p: dict) -> int:
     return 4 * (p["SH"] * p["SW"] * (hq * wq + wq + 32) + p["OH"] * wq + 32 + wq * p["SW"])
 
 
+def stem_i8_scratch(p: dict) -> int:
+    """Bytes of es_conv2d_i8_stem scratch; mirrors ES_I8_STEM_SCRATCH: one output row's
+    im2col block (K4 rows of OW rounded up to 32 words), the padded input rows split into SW
+    column phases, one padded row."""
+    hp, wp = padded(p)
+    k4 = -(-(p["C"] * p["KH"] * p["KW"]) // 4)
+    return 4 * k4 * -(-p["OW"] // 32) * 32 + p["C"] * hp * p["SW"] * -(-wp // p["SW"]) + wp
+
+
+def use_stem(p: dict) -> bool:
+    """Whether a one-group conv is a stem for es_conv2d_i8_stem: under 4 input channels,
+    where channel quads would leave a quarter or more of every word padding (3 of 4 bytes
+    for RGB) and whole patches packed four taps to a word do not (27 taps in 7 words)."""
+    return p["group"] == 1 and p["C"] < 4 and p["KH"] * p["KW"] > 1
+
+
 def use_cl(p: dict) -> bool:
     """Whether es_conv2d_i8_cl (output channels in lanes) beats es_conv2d_i8_dot (pixels in
     lanes) for conv params ``p``: on every spatial kernel and on 1x1 convs over planes of at
@@ -121,6 +137,12 @@ CONV_I8_DOT = Kernel(
 # int8, one group, output channels in the lanes (small planes)
 CONV_I8_CL = Kernel("es_conv2d_i8_cl", cl_i8_scratch,
                     lambda p: f"ES_I8_CL_SCRATCH({_args(p, *_GEO)})")
+# int8, one group, few input channels (a stem): the reduction over whole patches, four taps
+# to a word
+CONV_I8_STEM = Kernel(
+    "es_conv2d_i8_stem", stem_i8_scratch,
+    lambda p: "ES_I8_STEM_SCRATCH({})".format(
+        _args(p, "C", "OH", "OW", "KH", "KW", "SH", "SW", "DH", "DW")))
 # int8 depthwise in 16-channel HWC blocks
 DWCONV_I8_HWC = Kernel(
     "es_dwconv2d_i8_hwc", dw_hwc_scratch,
@@ -136,4 +158,4 @@ DWCONV_F32 = Kernel("es_dwconv2d_f32", lambda p: dw_f32_scratch(p),
                         _args(p, "OH", "OW", "KH", "KW", "SH", "SW", "DH", "DW")))
 
 # kernels whose bias is bias_u8 (the u8 shift folded in)
-U8_KERNELS = (CONV_I8_DOT, CONV_I8_CL)
+U8_KERNELS = (CONV_I8_DOT, CONV_I8_CL, CONV_I8_STEM)

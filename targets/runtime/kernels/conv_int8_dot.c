@@ -645,3 +645,121 @@ void es_conv2d_i8_dot(const int8_t *x, const int8_t *w8, const int32_t *bias_u8,
         }
     }
 }
+
+/* ---- the stem: few input channels (C <= 3), patch taps packed four to a word ----------
+ *
+ * A network's first conv reads 3 channels (RGB). In channel quads every tap fills 3 of a
+ * word's 4 bytes, so a quarter of each vpdpbusd multiplies padding. Here the reduction runs
+ * over the whole patch instead: its K = C * KH * KW taps in the reference's (c, kh, kw)
+ * order, four consecutive taps per word, K4 = ceil(K / 4) words (a 3x3 RGB patch: 27 taps
+ * in 7 words, not 9). The generator packs the weights the same way, [M8][K4][8][4] with the
+ * taps past K zero (lower/int8_conv.py), and folds the u8 shift into the bias as for
+ * es_conv2d_i8_dot.
+ *
+ * The input is first copied once into padded rows dealt out by column phase (the stride):
+ * rows[c][r][ph][q] = x[c][r - PT][q * SW + ph - PL], or x_zp where that is padding. Tap
+ * (c, kh, kw) of output row oh is then the contiguous bytes from rows[c][oh * SH + kh * DH]
+ * [kw * DW % SW][kw * DW / SW], one per output column. Per output row, four such tap rows
+ * interleave into one row of words of the im2col block col[K4][OWr] (the quads_row of the
+ * quad planes above, +128 included), and the same 8 x 32 micro-kernel as the direct walk
+ * multiplies it: 16 output pixels per vector, stored straight into each channel's row. */
+
+/* the padded input rows dealt by column phase (see above); rowbuf holds one padded row */
+static void stem_rows(const int8_t *x, int8_t *rows, int8_t *rowbuf, int Hp, int Wp, int S,
+                      int Wq, const es_conv_params *p) {
+    const int8_t pad = (int8_t)p->x_zp;
+    const int lo = p->PL < Wp ? p->PL : Wp, hi = p->PL + p->W < Wp ? p->PL + p->W : Wp;
+    int c, r, q, ph;
+    for (c = 0; c < p->C; ++c)
+        for (r = 0; r < Hp; ++r) {
+            const int ih = r - p->PT;
+            int8_t *dst = rows + ((size_t)c * Hp + r) * S * Wq;
+            int8_t *row = S == 1 ? dst : rowbuf;
+            if (ih < 0 || ih >= p->H) {
+                memset(row, pad, (size_t)Wp);
+            } else {
+                memset(row, pad, (size_t)lo);
+                if (hi > lo)
+                    memcpy(row + lo, x + ((size_t)c * p->H + ih) * p->W, (size_t)(hi - lo));
+                memset(row + (hi > lo ? hi : lo), pad, (size_t)(Wp - (hi > lo ? hi : lo)));
+            }
+            if (S == 1) continue;
+            for (ph = 0; ph < S; ++ph) { /* deal column q * S + ph to phase ph, column q */
+                int8_t *restrict d = dst + (size_t)ph * Wq;
+                const int8_t *restrict s = rowbuf + ph;
+                const int n = (Wp - ph + S - 1) / S;
+                for (q = 0; q < n; ++q) d[q] = s[(size_t)q * S];
+                for (; q < Wq; ++q) d[q] = pad;
+            }
+        }
+}
+
+/* one row of the im2col block: word (k4, j) holds taps 4*k4 .. 4*k4 + 3 of output column j
+ * (+128); taps past K repeat tap 0 (their weights are zero) */
+static void stem_col_row(uint32_t *col, int OWr, const int8_t *rows, int oh, int Hp, int S,
+                         int Wq, int K4, const es_conv_params *p) {
+    const int KK = p->KH * p->KW, K = p->C * KK;
+    const int8_t *src[4];
+    int k4, i;
+    for (k4 = 0; k4 < K4; ++k4) {
+        for (i = 0; i < 4; ++i) {
+            const int t = 4 * k4 + i < K ? 4 * k4 + i : 0;
+            const int c = t / KK, kh = t % KK / p->KW, kw = t % p->KW;
+            const int r = oh * p->SH + kh * p->DH, cw = kw * p->DW;
+            src[i] = rows + (((size_t)c * Hp + r) * S + (size_t)(cw % S)) * Wq + cw / S;
+        }
+#if defined(ES_DOT_VNNI)
+        quads_row_vnni(col + (size_t)k4 * OWr, (size_t)p->OW, src[0], src[1], src[2], src[3]);
+#else
+        quads_row(col + (size_t)k4 * OWr, (size_t)p->OW, src[0], src[1], src[2], src[3],
+                  0xffffffffu, 0);
+#endif
+    }
+}
+
+void es_conv2d_i8_stem(const int8_t *x, const int8_t *w8, const int32_t *bias_u8,
+                       const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
+                       const es_conv_params *p) {
+    const int K4 = ES_DOT_CEIL(p->C * p->KH * p->KW, 4), OW = p->OW, P = p->OH * OW;
+    const int OWr = ES_STEM_OWR(OW), S = p->SW;
+    const int Hp = ES_DOT_PADDED(p->OH, p->SH, p->KH, p->DH);
+    const int Wp = ES_DOT_PADDED(OW, p->SW, p->KW, p->DW), Wq = ES_DOT_CEIL(Wp, S);
+    uint32_t *col = (uint32_t *)scratch;
+    int8_t *rows = (int8_t *)(col + (size_t)K4 * OWr);
+    int8_t *rowbuf = rows + (size_t)p->C * Hp * S * Wq;
+    size_t tap0 = 0;
+    int k4, oh, v0, m0;
+    dot_block a;
+    stem_rows(x, rows, rowbuf, Hp, Wp, S, Wq, p);
+    for (k4 = 0; k4 < K4; ++k4) /* lanes past OW: zero words, computed and never stored */
+        memset(col + (size_t)k4 * OWr + OW, 0, 4 * (size_t)(OWr - OW));
+    a.part = NULL;
+    a.tap = &tap0;
+    a.ntaps = 1;
+    a.C4 = K4;
+    a.c4_step = 4 * (size_t)OWr;
+    a.k0 = 0;
+    a.first = a.last = 1;
+    a.nseg = 1;
+    a.lane[0] = 0;
+    for (oh = 0; oh < p->OH; ++oh) {
+        stem_col_row(col, OWr, rows, oh, Hp, S, Wq, K4, p);
+        for (v0 = 0; v0 < OW; v0 += 2 * TP) { /* tiles in pairs where there are two */
+            dot_block b;
+            a.base = (const uint8_t *)(col + v0);
+            a.len[0] = OW - v0 < TP ? OW - v0 : TP;
+            a.pix[0] = oh * OW + v0;
+            if (OW - v0 <= TP) {
+                tile_all(&a, w8, K4, bias_u8, mult, shift, y, p);
+                continue;
+            }
+            b = a;
+            b.base = (const uint8_t *)(col + v0 + TP);
+            b.len[0] = OW - v0 - TP < TP ? OW - v0 - TP : TP;
+            b.pix[0] = oh * OW + v0 + TP;
+            for (m0 = 0; m0 < p->M; m0 += TM)
+                tile_8x32(&a, &b, w8, K4, bias_u8, mult, shift, m0,
+                          (p->M - m0) < TM ? (p->M - m0) : TM, y, P, p);
+        }
+    }
+}
