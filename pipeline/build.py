@@ -318,10 +318,11 @@ def _convert_targets(req: BuildRequest, inputs: Inputs, compressed: Compressed |
                     qdq_onnx=compressed.qdq_onnx if compressed else None, static_qdq=static_qdq,
                     torch_model=compressed.model if compressed else inputs.loaded.torch_model)
     ref = compressed.reference if compressed else inputs.reference
-    fb = fallback.Fallback(exported.optimized.path, calib, static_qdq, inputs.splits, ref,
-                           inputs.profile.budgets.accuracy_drop, root, work_dir, events,
-                           not req.no_fallback, req.use_cache, inputs.loaded.batch.max_batch,
-                           req.out)
+    fb = fallback.Fallback(fallback.Setup(
+        fp32_onnx=exported.optimized.path, calib=calib, static_qdq=static_qdq,
+        splits=inputs.splits, reference=ref, budget_pt=inputs.profile.budgets.accuracy_drop,
+        root=root, work_dir=work_dir, events=events, enabled=not req.no_fallback,
+        use_cache=req.use_cache, max_batch=inputs.loaded.batch.max_batch, published=req.out))
     results = []
     for spec, options in inputs.targets:
         if spec.name in exported.skipped:

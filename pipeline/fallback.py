@@ -44,9 +44,10 @@ RANK_SAMPLES = 256  # calibration samples the per-layer SQNR is measured on
 OPTION = "float_nodes"  # the Options field of a format that quantizes by itself
 
 
-@dataclass
-class Fallback:
-    """One per build: the ranking and the QDQ variants every INT8 target shares."""
+@dataclass(frozen=True)
+class Setup:
+    """What the fallback works from, fixed for one build: the files every INT8 target
+    shares, the figures it is judged against, and where it writes."""
 
     fp32_onnx: Path
     calib: Any  # CalibrationSet
@@ -61,6 +62,13 @@ class Fallback:
     use_cache: bool = True
     max_batch: int | None = None
     published: Path | None = None  # --out, for paths in messages
+
+
+@dataclass
+class Fallback:
+    """One per build: the ranking and the QDQ variants every INT8 target shares."""
+
+    setup: Setup
     _ranking: list[LayerScore] | None = None
     _variants: dict[int, Path] = field(default_factory=dict)
     _screen: tuple[int, list[dict[str, Any]]] | None = None
@@ -68,12 +76,12 @@ class Fallback:
     # -- when ---------------------------------------------------------------------------
     def reason(self, r: stages.TargetResult) -> str | None:
         """Why ``r`` needs the fallback (the miss), or None when it does not."""
-        v = r.validation
-        if not self.enabled or self.budget_pt is None or r.spec.precision.value != "int8" \
+        v, budget = r.validation, self.setup.budget_pt
+        if not self.setup.enabled or budget is None or r.spec.precision.value != "int8" \
                 or v is None or not v.ran or v.accuracy_drop is None \
-                or r.status not in ("ok", "rejected") or v.accuracy_drop <= self.budget_pt:
+                or r.status not in ("ok", "rejected") or v.accuracy_drop <= budget:
             return None  # a parity rejection within the accuracy budget is not its job
-        why = f"accuracy drop {v.accuracy_drop:.2f} pt > budget {self.budget_pt:g} pt"
+        why = f"accuracy drop {v.accuracy_drop:.2f} pt > budget {self.setup.budget_pt:g} pt"
         if r.status == "rejected":
             why += f" and output parity off ({v.parity_problem('int8')})"
         return why
@@ -90,20 +98,21 @@ class Fallback:
         if how is None:
             return r
         name = r.spec.name
-        with self.events.stage(f"fallback {name}", f"{why}: keep layers in float") as st, \
-                capture.to_log(self.root / "logs" / f"{name}.log",
-                               published=(self.root, self.published or self.root)):
+        root = self.setup.root
+        with self.setup.events.stage(f"fallback {name}", f"{why}: keep layers in float") as st, \
+                capture.to_log(root / "logs" / f"{name}.log",
+                               published=(root, self.setup.published or root)):
             try:
                 out = self._search(r, options, ctx_args, how)
             except Exception as e:  # the plain result stands: a fallback fault is no reason
-                outdir.raise_if_disk_fault(e, self.root)  # to lose the target's figures
+                outdir.raise_if_disk_fault(e, self.setup.root)  # to lose the target's figures
                 out = self._crashed(r, e)
             if out.status != "ok":
                 st.fail()
         return out
 
     def _crashed(self, r: stages.TargetResult, e: Exception) -> stages.TargetResult:
-        with (self.root / "logs" / f"{r.spec.name}.log").open("a", encoding="utf-8") as f:
+        with (self.setup.root / "logs" / f"{r.spec.name}.log").open("a", encoding="utf-8") as f:
             f.write(f"--- fallback failed:\n{traceback.format_exc()}")
         first = str(e).splitlines()[0][:200] if str(e) else ""
         return _annotated(r, None, f"fallback failed: {type(e).__name__}: {first} (full "
@@ -112,9 +121,10 @@ class Fallback:
     # -- shared across targets ----------------------------------------------------------
     def ranking(self) -> list[LayerScore]:
         if self._ranking is None:
-            qdq = self.static_qdq or self._variant(0)
-            self._ranking = rank_layers(self.fp32_onnx, qdq, self.calib.x[:RANK_SAMPLES],
-                                        self.max_batch or 32)
+            qdq = self.setup.static_qdq or self._variant(0)
+            s = self.setup
+            self._ranking = rank_layers(s.fp32_onnx, qdq, s.calib.x[:RANK_SAMPLES],
+                                        s.max_batch or 32)
         return self._ranking
 
     def cap(self) -> int:
@@ -127,8 +137,8 @@ class Fallback:
     def _variant(self, k: int) -> Path:
         """The static QDQ model with the ``k`` most sensitive layers left in float."""
         if k not in self._variants:
-            out = self.work_dir / "fallback" / f"model_qdq_float{k}.onnx"
-            quantize_qdq(self.fp32_onnx, self.calib, out,
+            out = self.setup.work_dir / "fallback" / f"model_qdq_float{k}.onnx"
+            quantize_qdq(self.setup.fp32_onnx, self.setup.calib, out,
                          exclude=self.layers(k) if k else ())
             self._variants[k] = out
         return self._variants[k]
@@ -143,7 +153,7 @@ class Fallback:
                 v = self._validate_qdq(self._variant(k))
                 steps.append({"layers": k, "drop_pt": v.accuracy_drop,
                               "cosine": None if v.cosine is None else round(v.cosine, 5)})
-                if _within(v, self.budget_pt):
+                if _within(v, self.setup.budget_pt):
                     found = k
                     break
             self._screen = (found, steps)
@@ -151,10 +161,10 @@ class Fallback:
 
     def _validate_qdq(self, qdq: Path) -> validate.Validation:
         sess = ort_session(qdq)
-        batch = self.max_batch or validate.BATCH
-        ref = self.reference  # judged as stages.convert_and_validate judges a target
-        return validate.validate(lambda x: run_ort(sess, x, batch), self.splits.val_x,
-                                 self.splits.val_y, ref.outputs, ref.accuracy,
+        batch = self.setup.max_batch or validate.BATCH
+        ref = self.setup.reference  # judged as stages.convert_and_validate judges a target
+        return validate.validate(lambda x: run_ort(sess, x, batch), self.setup.splits.val_x,
+                                 self.setup.splits.val_y, ref.outputs, ref.accuracy,
                                  measure_latency=False, batch=batch,
                                  reference_correct=ref.correct, metric=ref.metric,
                                  metric_against=ref.drop_outputs,
@@ -175,7 +185,7 @@ class Fallback:
             if got.validation is not None and got.validation.ran and (
                     best is None or _drop(got) < _drop(best)):
                 best = got
-            if got.status == "ok" and _within(got.validation, self.budget_pt):
+            if got.status == "ok" and _within(got.validation, self.setup.budget_pt):
                 return self._adopt(r, got, k, tried)
         record = self._record(r, best, self.layers(self.cap()), tried)
         return _annotated(r, record, f"fallback kept up to {self.cap()} layer(s) in float "
@@ -192,37 +202,39 @@ class Fallback:
         else:
             opts = options.model_copy(update={OPTION: self.layers(k)})
         scratch = self._scratch(r.spec.name, k)
-        got = stages.convert_and_validate(r.spec, opts, args, self.splits, self.reference,
-                                          scratch, self.use_cache, self.max_batch)
+        s = self.setup
+        got = stages.convert_and_validate(r.spec, opts, args, s.splits, s.reference,
+                                          scratch, s.use_cache, s.max_batch)
         log = scratch / "logs" / f"{r.spec.name}.log"
         if log.is_file():
-            with (self.root / "logs" / f"{r.spec.name}.log").open("a", encoding="utf-8") as f:
+            with (self.setup.root / "logs" / f"{r.spec.name}.log").open("a", encoding="utf-8") as f:
                 f.write(f"--- fallback: {k} layer(s) in float: {self.layers(k)}\n")
                 f.write(log.read_text(encoding="utf-8", errors="replace"))
-        self.events.info(f"{r.spec.name}: {k} layer(s) in float: "
-                         f"{_drop_text(got)} ({got.status})")
+        self.setup.events.info(f"{r.spec.name}: {k} layer(s) in float: "
+                               f"{_drop_text(got)} ({got.status})")
         return got
 
     def _scratch(self, name: str, k: int) -> Path:
-        return self.work_dir / "fallback" / f"{name}-{k}"
+        return self.setup.work_dir / "fallback" / f"{name}-{k}"
 
     def _adopt(self, r: stages.TargetResult, got: stages.TargetResult, k: int,
                tried: int) -> stages.TargetResult:
         """The passing try's artifact replaces the plain INT8 one in the build folder."""
         name = r.spec.name
-        final = self.root / "targets" / name
-        for old in (final, self.root / "rejected" / name):
+        final = self.setup.root / "targets" / name
+        for old in (final, self.setup.root / "rejected" / name):
             if old.exists():
                 shutil.rmtree(old)
-        if (self.root / "rejected").is_dir() and not any((self.root / "rejected").iterdir()):
-            (self.root / "rejected").rmdir()
+        rejected = self.setup.root / "rejected"
+        if rejected.is_dir() and not any(rejected.iterdir()):
+            rejected.rmdir()
         src = self._scratch(name, k) / "targets" / name  # where convert_and_validate put it
         shutil.move(str(src), str(final))
         art = got.artifact
         artifact = Artifact(final / art.path.relative_to(src), art.format, art.precision,
                             art.sha256, {**art.meta, "float_nodes": self.layers(k)})
         record = self._record(r, got, self.layers(k), tried)
-        msg = (f"{name}: INT8 drop {_pt(r)} pt missed the {self.budget_pt:g} pt budget; "
+        msg = (f"{name}: INT8 drop {_pt(r)} pt missed the {self.setup.budget_pt:g} pt budget; "
                f"{k} layer(s) kept in float ({', '.join(self.layers(k))}): drop "
                f"{_pt(got)} pt")
         return stages.TargetResult(r.spec, artifact, got.validation, "ok", msg,
@@ -233,10 +245,10 @@ class Fallback:
         """The manifest's ``fallback`` of one target."""
         start, steps = self.screened() if self.ranking() else (0, [])
         applied = got is not None and got.status == "ok" and _within(got.validation,
-                                                                      self.budget_pt)
+                                                                      self.setup.budget_pt)
         return {
             "applied": applied, "layers": layers if applied else [],
-            "tried_layers": layers, "budget_pt": self.budget_pt,
+            "tried_layers": layers, "budget_pt": self.setup.budget_pt,
             "drop_before_pt": r.validation.accuracy_drop if r.validation else None,
             "drop_after_pt": _drop(got) if got is not None and got.validation else None,
             "tried": tried, "cap": self.cap(),
@@ -285,4 +297,4 @@ def _annotated(r: stages.TargetResult, record: dict[str, Any] | None,
                    fallback=record)
 
 
-__all__ = ["Fallback"]
+__all__ = ["Fallback", "Setup"]
