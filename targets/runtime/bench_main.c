@@ -7,6 +7,7 @@
  *                   [--governor NAME] [--no-power]
  *   edgesmith_bench [--weights F] --frames frames.u8 --frame-hw H W [--labels L]
  *                   [--output out.raw]
+ *   edgesmith_bench [--weights F] --samples N --input in.raw --output out.raw
  *
  * Input: every model input back to back, raw little-endian float32 in the model's layout;
  * output likewise. Memory: arena and I/O buffers are static; no allocation at all.
@@ -32,7 +33,15 @@
  * goes through es_preprocess_u8 with model.h's spec, then the model, one at a time (no
  * timing, no power schedule). --output gets every frame's outputs back to back; --labels
  * (whitespace-separated class numbers, one per frame) adds the top-1 count of output 0.
- * The JSON line: frames, correct, top1, preprocess_ms (mean per frame). */
+ * The JSON line: frames, correct, top1, preprocess_ms (mean per frame).
+ *
+ * Samples (validation's batch in one process): --samples N reads N samples back to back
+ * from --input (each sample every input, as above), runs them one after another in the
+ * same arena (no timing, no power schedule) and writes each sample's outputs to --output
+ * in the same order. Starting one process per sample cost more than the inference of a
+ * small model. The input file must hold exactly N samples: a short or long file is an
+ * error that names the sizes, never a read past its end. The JSON line: samples, ms
+ * (mean wall time per sample). */
 #if !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200112L
 #endif
@@ -63,6 +72,7 @@ typedef struct {
     const char *weights, *input, *output, *sysfs, *governor;
     const char *frames, *labels; /* --frames mode */
     int frame_h, frame_w;        /* --frame-hw */
+    long samples;                /* --samples mode: N samples in one file; 0 = off */
     int runs, warmup, profile, trace;
     es_duty duty;       /* slicing: --slice, --run-us, --sleep-us */
     uint32_t period_us; /* --period-ms: one inference per period; 0 = back to back */
@@ -177,8 +187,9 @@ static int usage(const char *argv0) {
                     "[--slice K>=0] [--run-us U>=0] [--sleep-us S>=0] [--period-ms P>=0] "
                     "[--governor NAME] [--no-power]\n"
                     "       %s [--weights F] --frames F --frame-hw H W [--labels L] "
-                    "[--output out.raw]\n",
-            argv0, argv0);
+                    "[--output out.raw]\n"
+                    "       %s [--weights F] --samples N>=1 --input in.raw --output out.raw\n",
+            argv0, argv0, argv0);
     return 2;
 }
 
@@ -259,6 +270,9 @@ static int parse_flag(int argc, char **argv, int *i, bench_args *a) {
     else if (strcmp(flag, "--frames") == 0) a->frames = value;
     else if (strcmp(flag, "--labels") == 0) a->labels = value;
     else if (strcmp(flag, "--period-ms") == 0) return parse_period(value, &a->period_us);
+    else if (strcmp(flag, "--samples") == 0 &&
+             parse_number(flag, value, 1, LONG_MAX, &num) == 0)
+        a->samples = (long)num;
     else if (strcmp(flag, "--runs") == 0 && parse_number(flag, value, 1, INT_MAX, &num) == 0)
         a->runs = (int)num;
     else if (strcmp(flag, "--warmup") == 0 && parse_number(flag, value, 0, INT_MAX, &num) == 0)
@@ -287,6 +301,10 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     if (a->runs > ES_BENCH_MAX_RUNS) a->runs = ES_BENCH_MAX_RUNS; /* the JSON line says how many */
     if ((a->frames != NULL) != (a->frame_h > 0)) {
         fprintf(stderr, "error: --frames and --frame-hw H W go together\n");
+        return -1;
+    }
+    if (a->samples > 0 && (!a->input || !a->output || a->frames)) {
+        fprintf(stderr, "error: --samples N needs --input and --output (and no --frames)\n");
         return -1;
     }
     return 0;
@@ -520,6 +538,101 @@ static int frames_mode(es_model *m, const bench_args *a) {
 }
 #endif
 
+/* ---- --samples: a batch of samples in one process ---- */
+
+/* the bytes of one sample: every input back to back */
+static size_t sample_bytes(void) {
+    size_t total = 0;
+    int i;
+    for (i = 0; i < ES_NUM_INPUTS; ++i) total += es_input_bytes[i];
+    return total;
+}
+
+/* 0 when ``path`` holds exactly ``n`` samples; else -1, said why (a short file would
+ * otherwise be read past its end, a long one would hide a mismatch of layouts) */
+static int check_samples_size(FILE *f, const char *path, long n) {
+    const size_t each = sample_bytes();
+    long size;
+    if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fprintf(stderr, "error: cannot read %s\n", path);
+        return -1;
+    }
+    if (each == 0 || (size_t)size / each != (size_t)n || (size_t)size % each != 0) {
+        fprintf(stderr, "error: %s is %ld bytes; --samples %ld needs %ld x %lu = %.0f bytes "
+                        "(each sample: every input, raw float32, back to back)\n",
+                path, size, n, n, (unsigned long)each, (double)n * (double)each);
+        return -1;
+    }
+    return 0;
+}
+
+/* one sample's inputs from ``f`` into in_buf; -1 if the file ends early */
+static int read_sample(FILE *f) {
+    int i;
+    for (i = 0; i < ES_NUM_INPUTS; ++i)
+        if (es_input_bytes[i] > sizeof in_buf[i] ||
+            fread(in_buf[i], 1, es_input_bytes[i], f) != es_input_bytes[i])
+            return -1;
+    return 0;
+}
+
+/* every output of the last run, appended to ``f``; -1 on a write error */
+static int append_outputs(const es_model *m, FILE *f) {
+    int i;
+    for (i = 0; i < ES_NUM_OUTPUTS; ++i)
+        if (fwrite(es_output_ptr(m, i), 1, es_output_bytes[i], f) != es_output_bytes[i])
+            return -1;
+    return 0;
+}
+
+/* --samples: check the input's size, then one sample after another in the same arena;
+ * prints the JSON line. 2: the input file does not hold N samples; 1: a run or I/O fault */
+static int samples_mode(es_model *m, const bench_args *a) {
+    es_duty plain;
+    FILE *in, *out;
+    long i;
+    int rc = 0;
+    uint64_t t0;
+    memset(&plain, 0, sizeof plain);
+    in = fopen(a->input, "rb");
+    if (!in) {
+        fprintf(stderr, "error: cannot open %s: %s\n", a->input, strerror(errno));
+        return 1;
+    }
+    if (check_samples_size(in, a->input, a->samples) != 0) {
+        fclose(in);
+        return 2;
+    }
+    out = fopen(a->output, "wb");
+    if (!out) {
+        fprintf(stderr, "error: cannot write %s: %s\n", a->output, strerror(errno));
+        fclose(in);
+        return 1;
+    }
+    t0 = es_now_ns();
+    for (i = 0; i < a->samples && rc == 0; ++i) {
+        if (read_sample(in) != 0) {
+            fprintf(stderr, "error: %s: sample %ld is cut short\n", a->input, i);
+            rc = 1;
+        } else if ((rc = run_once(m, &plain, NULL)) != ES_OK) {
+            fprintf(stderr, "error: run of sample %ld: %s\n", i, es_strerror(rc));
+            rc = 1;
+        } else if (append_outputs(m, out) != 0) {
+            fprintf(stderr, "error: cannot write %s\n", a->output);
+            rc = 1;
+        }
+    }
+    fclose(in);
+    if (fclose(out) != 0 && rc == 0) {
+        fprintf(stderr, "error: cannot write %s\n", a->output);
+        rc = 1;
+    }
+    if (rc != 0) return rc;
+    printf("{\"samples\": %ld, \"ms\": %.6f}\n", a->samples,
+           (double)(es_now_ns() - t0) / 1e6 / (double)a->samples);
+    return 0;
+}
+
 /* ---- the JSON line ---- */
 static void print_string_or_null(const char *key, const char *text) {
     printf(", \"%s\": ", key);
@@ -601,7 +714,7 @@ int main(int argc, char **argv) {
     int i, rc, gov_cpus = 0, energy_ok, use_hooks;
     es_model m;
     if (parse_args(argc, argv, &a) != 0) return usage(argv[0]);
-    if (load_inputs(a.input) != 0) {
+    if (!a.samples && load_inputs(a.input) != 0) {
         fprintf(stderr, "error: cannot read %s (%u bytes per input expected)\n", a.input,
                 (unsigned)es_input_bytes[0]);
         return 1;
@@ -615,8 +728,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: es_init: %s\n", es_strerror(rc));
         return 1;
     }
-    if (a.frames) {
-        rc = frames_mode(&m, &a);
+    if (a.frames || a.samples) {
+        rc = a.frames ? frames_mode(&m, &a) : samples_mode(&m, &a);
         es_deinit(&m);
         return rc;
     }
