@@ -12,10 +12,10 @@ import shlex
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from edgesmith.artifact import Artifact
-from edgesmith.errors import ConversionError, UnsupportedOpError
+from edgesmith.errors import ConversionError, ProfileError, UnsupportedOpError
 from edgesmith.target import CompatRule, ConvertContext, Runner, Target
 
 from .tiling import TilingOption
@@ -43,6 +43,36 @@ class COptions(BaseModel):
     # profile's budgets.arena_kb needs it; "auto" = whenever it lowers the arena; "off";
     # or {patches: N, split: <node name or step index>} to force it
     tiling: TilingOption = None
+    # worker threads a heavy step's output channels are split over (threads.py); 1: the
+    # single-thread code, no pthreads; > 1: a pool of threads - 1 workers started in es_init
+    threads: int = Field(1, ge=1, le=64)
+
+    @model_validator(mode="after")
+    def _no_threads_on_mcu(self) -> COptions:
+        if self.threads > 1 and _mcu_build(self.cross_cc, self.cross_cflags):
+            raise ValueError(_MCU_THREADS)
+        return self
+
+
+_MCU_THREADS = ("threads > 1 needs POSIX threads, which a bare-metal Cortex-M build does not "
+                "have: set threads: 1 (the default) for this target")
+
+
+def _mcu_build(cc: str | None, cflags: str) -> bool:
+    """A Cortex-M cross build, told from the compiler and flags alone (no compiler run:
+    options are checked when the profile is read)."""
+    return bool(cc) and ("-mcpu=cortex-m" in cflags or "arm-none-eabi" in cc)
+
+
+def _check_threads(opts: COptions, profile: Any) -> None:
+    """threads > 1 on a profile whose device is a Cortex-M or runs bare metal: refused,
+    whatever compiler the options name."""
+    dev = getattr(profile, "device", None)
+    if opts.threads > 1 and dev is not None and (
+            getattr(dev, "arch", "") == "cortex-m" or getattr(dev, "os", "") == "baremetal"):
+        raise ProfileError(f"c option threads: {_MCU_THREADS} (got {opts.threads})",
+                           where=f"profile {getattr(profile, 'name', '?')}: targets: c",
+                           fix="remove threads from the c target's options, or set it to 1")
 
 
 def _rules() -> dict[str, CompatRule]:
@@ -97,6 +127,7 @@ class CTarget(Target):
         from . import codegen, run
 
         opts: COptions = ctx.options  # type: ignore[assignment]
+        _check_threads(opts, ctx.profile)
         precision = ctx.precision
         src, source = (Path(ctx.fp32_onnx), "fp32") if precision == "fp32" else \
             self._int8_model(ctx)
@@ -107,7 +138,8 @@ class CTarget(Target):
                   name=getattr(ctx.profile, "name", "model"), deploy_cc=opts.cross_cc,
                   deploy_cflags=opts.cross_cflags, requant=opts.requant, power=power,
                   preprocess=getattr(ctx.profile, "preprocess", None),  # model.h's spec
-                  tiling=opts.tiling, arena_budget=_arena_budget(ctx.profile))
+                  tiling=opts.tiling, arena_budget=_arena_budget(ctx.profile),
+                  threads=opts.threads)
         ctx.log(f"c: lowering {src} ({precision}, {source})")
         try:
             gen = codegen.from_onnx(src, out, **kw)
@@ -126,7 +158,8 @@ class CTarget(Target):
         meta: dict[str, Any] = {**gen.plan.figures(), "weights_bytes": gen.weights_bytes,
                                 "weights": opts.weights, "cc": opts.cc, "cflags": opts.cflags,
                                 "source_onnx": src.name, "steps": _steps(out),
-                                "power": power.figures()}  # model.h's ES_POWER_* defaults
+                                "power": power.figures(),  # model.h's ES_POWER_* defaults
+                                "threads": opts.threads}
         if precision == "int8":
             meta["requant"] = opts.requant
             meta["int8_source"] = source

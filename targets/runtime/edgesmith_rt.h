@@ -77,6 +77,7 @@ typedef struct {
     es_weights weights;
     int next_step; /* es_run_slice resumes here */
     int ready;
+    void *pool; /* es_threads.c's workers (model.h's ES_THREADS > 1), else NULL */
 } es_model;
 
 /* ---- compile-time checks ------------------------------------------------------------

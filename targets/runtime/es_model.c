@@ -4,10 +4,16 @@
  * generated model.c: the sizes (model.h's ES_* macros), the memory plan as data
  * (es_input_offsets / es_output_offsets, es_tensors) and es_run_step, one case per
  * step. This file only checks arguments, binds the arena and the weights, copies inputs
- * and outputs, and walks the steps, resumably, with the hooks around each. */
+ * and outputs, and walks the steps, resumably, with the hooks around each. With
+ * ES_THREADS > 1 (options: {threads: N}) es_init also starts the worker pool the heavy
+ * steps split their output channels over (es_threads.h), and es_deinit joins it; the
+ * hooks still run once per step on the calling thread. */
 #include <string.h>
 
 #include "model.h"
+#if ES_THREADS > 1
+#include "es_threads.h"
+#endif
 
 #if ES_WEIGHTS_EMBEDDED
 extern const unsigned char es_weights_blob[];
@@ -31,6 +37,15 @@ int es_init(es_model *m, void *arena, size_t arena_size, const char *weights_pat
                          ES_WEIGHTS_COUNT, ES_WEIGHTS_BYTES, &m->weights);
     if (rc != ES_OK) return rc;
 #endif
+#if ES_THREADS > 1
+    m->pool = es_pool_create(ES_THREADS); /* the last allocation: none after es_init */
+    if (!m->pool) {
+#if !ES_WEIGHTS_EMBEDDED
+        es_weights_close(&m->weights);
+#endif
+        return ES_ERR_UNAVAILABLE;
+    }
+#endif
     m->arena = (unsigned char *)arena;
     m->arena_size = arena_size;
     m->next_step = 0;
@@ -40,6 +55,10 @@ int es_init(es_model *m, void *arena, size_t arena_size, const char *weights_pat
 
 void es_deinit(es_model *m) {
     if (!m) return;
+#if ES_THREADS > 1
+    es_pool_destroy((es_pool *)m->pool);
+    m->pool = NULL;
+#endif
 #if !ES_WEIGHTS_EMBEDDED
     es_weights_close(&m->weights);
 #endif
