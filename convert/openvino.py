@@ -8,7 +8,11 @@
   FakeQuantize nodes, keeping the scales training learned; otherwise ``nncf.quantize``
   calibrates the OV model on the shared calibration set (post-training); the option
   ``float_nodes`` (ONNX node names) becomes nncf's ``ignored_scope``, which is how the
-  accuracy-aware fallback (pipeline/fallback.py) keeps layers in float.
+  accuracy-aware fallback (pipeline/fallback.py) keeps layers in float. nncf quantizes the
+  inputs of the ops that compute (convolutions, MatMul, Add...), so an activation's output
+  quantizer belongs to its consumers: when one is left on a float node's output after
+  quantizing, those consumers join the ignored scope and nncf runs again (a HardSwish
+  feeding a convolution keeps its output in float only that way).
 
 nncf's defaults are not the scheme the other INT8 targets use, and two of them broke parity
 on trained nets (issue 15), so ``_activation_params`` overrides them:
@@ -43,6 +47,8 @@ from edgesmith.errors import ConversionError
 from edgesmith.target import CompatRule, ConvertContext, Runner, Target
 
 FORMAT = "openvino"
+MAX_FUSED = 2  # ONNX nodes after a float node that OpenVINO may have fused it into
+MAX_ROUNDS = 2  # extra nncf.quantize runs to move the float nodes' output quantizers
 
 
 class OpenVINOOptions(BaseModel):
@@ -141,16 +147,48 @@ def _quantize(model, ctx: ConvertContext):
     if calib.method != "minmax":
         ctx.log(f"note: nncf has no {calib.method} calibration; activation ranges are its "
                 f"mean over samples of each sample's min/max")
-    ignored = _ignored_ops(model, ctx.options.float_nodes)
-    ctx.log(f"nncf {nncf.__version__} quantize: preset={ctx.options.preset} "
-            f"subset_size={calib.samples} fast_bias_correction="
-            f"{ctx.options.fast_bias_correction} activations=per-tensor, "
-            f"{'min/max over all samples' if calib.method == 'minmax' else 'mean min/max'} "
-            f"ignored_scope={ignored}")
-    return nncf.quantize(model, dataset, preset=preset, subset_size=calib.samples,
-                         fast_bias_correction=ctx.options.fast_bias_correction,
-                         ignored_scope=nncf.IgnoredScope(names=ignored) if ignored else None,
-                         advanced_parameters=_activation_params(calib.method))
+    kept = _ignored_ops(model, ctx.options.float_nodes, ctx.fp32_onnx)
+    ignored = list(kept)
+
+    def run():
+        ctx.log(f"nncf {nncf.__version__} quantize: preset={ctx.options.preset} "
+                f"subset_size={calib.samples} fast_bias_correction="
+                f"{ctx.options.fast_bias_correction} activations=per-tensor, "
+                f"{'min/max over all samples' if calib.method == 'minmax' else 'mean min/max'}"
+                f" ignored_scope={ignored}")
+        return nncf.quantize(model.clone(), dataset, preset=preset, subset_size=calib.samples,
+                             fast_bias_correction=ctx.options.fast_bias_correction,
+                             ignored_scope=nncf.IgnoredScope(names=ignored) if ignored else None,
+                             advanced_parameters=_activation_params(calib.method))
+
+    quantized = run()
+    for _ in range(MAX_ROUNDS):
+        carriers = [n for n in _output_quantizer_users(quantized, kept) if n not in ignored]
+        if not carriers:
+            return quantized
+        ctx.log(f"float_nodes: the quantizers on the outputs of {kept} sit on the inputs of "
+                f"{carriers}; ignoring those as well")
+        ignored += carriers
+        quantized = run()
+    return quantized
+
+
+def _output_quantizer_users(quantized, ops: list[str]) -> list[str]:
+    """The ops reading a FakeQuantize that quantizes an output of one of ``ops``: nncf
+    puts an activation's quantizer on its consumers' inputs (a HardSwish's on the next
+    convolution), so ignoring the activation alone leaves its output quantized; ignoring
+    these consumers removes that quantizer."""
+    wanted = set(ops)
+    users: list[str] = []
+    for op in quantized.get_ops():
+        if op.get_type_name() != "FakeQuantize" or \
+                op.input_value(0).get_node().get_friendly_name() not in wanted:
+            continue
+        for target in op.output(0).get_target_inputs():
+            name = target.get_node().get_friendly_name()
+            if name not in users:
+                users.append(name)
+    return users
 
 
 def _activation_params(method: str):
@@ -169,21 +207,42 @@ def _activation_params(method: str):
         **(ranges if method == "minmax" else {}))
 
 
-def _ignored_ops(model, onnx_nodes: list[str]) -> list[str]:
+def _ignored_ops(model, onnx_nodes: list[str], fp32_onnx: Path) -> list[str]:
     """The OpenVINO ops an ONNX node became: the frontend keeps the node's name on its
     last op and names the others under it (a Conv with bias is ``<name>/WithoutBiases``
-    then the ``<name>`` Add; a Gemm a ``<name>/WithoutBiases`` MatMul)."""
+    then the ``<name>`` Add; a Gemm a ``<name>/WithoutBiases`` MatMul). A node OpenVINO
+    fused into the op after it (Sigmoid then Mul became one Swish named after the Mul) is
+    that op: its single consumer is followed, up to ``MAX_FUSED`` steps."""
     names = [op.get_friendly_name() for op in model.get_ops()]
+    consumers = _onnx_consumers(fp32_onnx) if onnx_nodes else {}
     found: list[str] = []
     for node in onnx_nodes:
-        hits = [n for n in names if n == node or n.startswith(node + "/")]
+        hits: list[str] = []
+        step = node
+        for _ in range(MAX_FUSED + 1):
+            hits = [n for n in names if n == step or n.startswith(step + "/")]
+            if hits or len(consumers.get(step, [])) != 1:
+                break
+            step = consumers[step][0]
         if not hits:
             raise ConversionError(f"float_nodes: no op of the OpenVINO model comes from "
                                   f"ONNX node {node!r}", where="openvino int8 options",
                                   fix="name nodes of the optimized ONNX (model.onnx in the "
                                       "build folder)")
-        found += hits
+        found += [h for h in hits if h not in found]
     return found
+
+
+def _onnx_consumers(fp32_onnx: Path) -> dict[str, list[str]]:
+    """ONNX node name -> the names of the nodes reading its first output."""
+    import onnx
+
+    graph = onnx.load(str(fp32_onnx), load_external_data=False).graph
+    readers: dict[str, list[str]] = {}
+    for n in graph.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n.name)
+    return {n.name: readers.get(n.output[0], []) for n in graph.node if n.output}
 
 
 def _stage(ctx: ConvertContext, stage: str, fn):
