@@ -32,7 +32,8 @@ class _Bars:
                                                        figures="")
         elif kind == "epoch" and stage in self.tasks:
             self.progress.update(self.tasks[stage], completed=ev["epoch"],
-                                 figures=f"loss {ev['loss']:.4f}  val {ev['val_accuracy']:.2%}")
+                                 figures=f"loss {ev['loss']:.4f}  "
+                                         f"select {ev['selection_accuracy']:.2%}")
         elif kind == "done" and stage in self.tasks:
             task = self.tasks[stage]
             self.progress.update(task, completed=self.progress.tasks[task].total,

@@ -61,7 +61,7 @@ def _relay(progress: Progress | None, events: Any, stage: str) -> Progress | Non
             progress({"stage": stage, "event": "epoch", **ev})
         if events is not None:
             events.epoch(stage, ev["epoch"], ev["epochs"], loss=ev["loss"],
-                         val_acc=ev["val_accuracy"])
+                         select_acc=ev["selection_accuracy"])
     return relay
 
 
@@ -216,7 +216,8 @@ def run_compress(
     ``apply_overrides``).
 
     ``progress`` receives ``{"stage", "event": "start", "epochs"}``, per-epoch
-    ``{"stage", "event": "epoch", "epoch", "epochs", "loss", "val_accuracy", "lr"}`` and
+    ``{"stage", "event": "epoch", "epoch", "epochs", "loss", "selection_accuracy", "lr"}``
+    (the best epoch is picked on the selection split, ``train.selection_split``) and
     ``{"stage", "event": "done", "accuracy"}`` for stages ``finetune`` and ``qat``.
     ``events`` (a ``pipeline.events.Events``) gets ``stage()`` contexts for prune, finetune
     and qat and ``epoch()`` calls; either or both may be given.

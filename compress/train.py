@@ -8,6 +8,10 @@ batch is ``batch_size // world_size`` so the global batch, and so the learning-r
 schedule, is the same as a single process's. Rank 0 alone evaluates, reports progress and
 writes checkpoints; its verdicts (accuracy, stop) are broadcast so the ranks never diverge.
 
+The best epoch is chosen on a *selection* split, never on validation: every accuracy gate
+and artifact is judged on ``val_*`` afterwards, and a split that picked the weights would
+judge them optimistically (see :func:`selection_split`).
+
 Run it distributed:
 
     torchrun --nproc-per-node 2 -m edgesmith.compress.train \\
@@ -20,6 +24,7 @@ import math
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +139,54 @@ def _loader(x: np.ndarray, y: np.ndarray, batch_size: int, seed: int, dist: Any 
                                        drop_last=False), sampler
 
 
+# A calibration split smaller than this selects epochs by noise (one flipped prediction
+# is > 1 pt); a slice of train of at least this size (or a tenth of train) is held out then.
+MIN_SELECTION_SAMPLES = 100
+HOLDOUT_FRACTION = 0.1
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What ``fit`` trains on and what it picks the best epoch on."""
+
+    train_x: np.ndarray
+    train_y: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+    source: str  # "calib" or "train holdout"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"split": self.source, "samples": len(self.y), "train_samples": len(self.train_y)}
+
+
+def _own_calib(splits: Any) -> bool:
+    """A calibration split that is not the training data itself (a data callable without a
+    calib part calibrates on train: selecting on it would select on training accuracy)."""
+    cx = getattr(splits, "calib_x", None)
+    return cx is not None and len(cx) > 0 and not np.may_share_memory(cx, splits.train_x)
+
+
+def selection_split(splits: Any, seed: int = 0) -> Selection:
+    """The split ``fit`` keeps its best epoch on: the calibration split when it is a split of
+    its own with at least ``MIN_SELECTION_SAMPLES`` samples (it is not judged on, and the
+    model must fit it anyway: calibration reads it); otherwise a seeded slice of train
+    (``HOLDOUT_FRACTION``, at least ``MIN_SELECTION_SAMPLES``, at most half) held out of
+    training. Validation is never used: it judges the result and must not have chosen it."""
+    if _own_calib(splits) and len(splits.calib_x) >= MIN_SELECTION_SAMPLES:
+        return Selection(splits.train_x, splits.train_y, splits.calib_x, splits.calib_y, "calib")
+    n = len(splits.train_x)
+    hold = min(n // 2, max(MIN_SELECTION_SAMPLES, int(round(n * HOLDOUT_FRACTION))))
+    if hold < 1:  # one training sample: nothing to hold out; a calib split, if any, decides
+        x, y = (splits.calib_x, splits.calib_y) if _own_calib(splits) else \
+            (splits.train_x, splits.train_y)
+        return Selection(splits.train_x, splits.train_y, x, y,
+                         "calib" if _own_calib(splits) else "train")
+    order = np.random.default_rng(seed).permutation(n)
+    keep, held = np.sort(order[hold:]), np.sort(order[:hold])
+    return Selection(splits.train_x[keep], splits.train_y[keep], splits.train_x[held],
+                     splits.train_y[held], "train holdout")
+
+
 def _state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
@@ -187,12 +240,16 @@ def fit(
     progress: Progress | None = None,
     checkpoint: Path | None = None,
 ) -> dict[str, Any]:
-    """Train ``model`` in place on ``splits.train_*``; keep the weights of the best val epoch.
+    """Train ``model`` in place on ``splits.train_*``; keep the weights of the epoch best on
+    the selection split (:func:`selection_split`: calib, or a held-out slice of train), so
+    ``splits.val_*`` stays unseen and the accuracy judged on it afterwards is honest.
 
-    Returns ``{epochs, epochs_run, best_epoch, val_accuracy_before, best_val_accuracy,
-    history: [{epoch, loss, val_accuracy, lr}], seconds, world_size}``. ``progress`` (rank 0
-    only) is called with ``{"epoch", "epochs", "loss", "val_accuracy", "lr"}`` after each
-    epoch. ``checkpoint`` (rank 0 only) receives the best state dict whenever it improves.
+    Returns ``{epochs, epochs_run, best_epoch, selection_accuracy_before,
+    best_selection_accuracy, selection: {split, samples, train_samples},
+    history: [{epoch, loss, selection_accuracy, lr}], seconds, world_size}``. ``progress``
+    (rank 0 only) is called with ``{"epoch", "epochs", "loss", "selection_accuracy", "lr"}``
+    after each epoch. ``checkpoint`` (rank 0 only) receives the best state dict whenever it
+    improves.
     """
     # longer than 60 lines only through its signature and docstring: the epoch loop keeps
     # early stopping, the best-epoch restore and rank-0 checkpointing side by side
@@ -201,18 +258,23 @@ def fit(
     is_main = rank() == 0
     torch.manual_seed(seed)
     start = time.perf_counter()
+    sel = selection_split(splits, seed)
 
-    before = _broadcast_float(dist, evaluate(model, splits.val_x, splits.val_y) if is_main else 0)
+    def score() -> float:
+        return _broadcast_float(dist, evaluate(model, sel.x, sel.y) if is_main else 0)
+
+    before = score()
     result: dict[str, Any] = {
-        "epochs": epochs, "epochs_run": 0, "best_epoch": 0, "val_accuracy_before": before,
-        "best_val_accuracy": before, "history": [], "world_size": world_size(),
+        "epochs": epochs, "epochs_run": 0, "best_epoch": 0, "selection_accuracy_before": before,
+        "best_selection_accuracy": before, "selection": sel.to_json(), "history": [],
+        "world_size": world_size(),
     }
     if epochs == 0:
         result["seconds"] = round(time.perf_counter() - start, 3)
         return result
 
     net = _parallel(model, dist)
-    loader, sampler = _loader(splits.train_x, splits.train_y, batch_size, seed, dist)
+    loader, sampler = _loader(sel.train_x, sel.train_y, batch_size, seed, dist)
     opt = _optimizer(optimizer, [p for p in model.parameters() if p.requires_grad], lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, epochs * len(loader)))
     loss_fn = nn.CrossEntropyLoss()
@@ -223,10 +285,10 @@ def fit(
         if sampler is not None:
             sampler.set_epoch(epoch)
         mean_loss = _train_epoch(net, model, loader, opt, sched, loss_fn, dist)
-        acc = _broadcast_float(dist, evaluate(model, splits.val_x, splits.val_y) if is_main else 0)
+        acc = score()
         lr_now = opt.param_groups[0]["lr"]
         result["history"].append({"epoch": epoch, "loss": round(mean_loss, 6),
-                                  "val_accuracy": acc, "lr": lr_now})
+                                  "selection_accuracy": acc, "lr": lr_now})
         result["epochs_run"] = epoch
         if acc > best:
             best, best_state, stale = acc, _state(model), 0
@@ -237,13 +299,13 @@ def fit(
             stale += 1
         if is_main and progress is not None:
             progress({"epoch": epoch, "epochs": epochs, "loss": mean_loss,
-                      "val_accuracy": acc, "lr": lr_now})
+                      "selection_accuracy": acc, "lr": lr_now})
         if stale >= patience:
             break
 
     model.load_state_dict(best_state)
     model.eval()
-    result["best_val_accuracy"] = best
+    result["best_selection_accuracy"] = best
     result["seconds"] = round(time.perf_counter() - start, 3)
     return result
 
@@ -256,4 +318,5 @@ def _to_bytes(state: dict[str, torch.Tensor]) -> bytes:
     return buf.getvalue()
 
 
-__all__ = ["accuracy", "evaluate", "fit", "predict", "rank", "world_size"]
+__all__ = ["Selection", "accuracy", "evaluate", "fit", "predict", "rank", "selection_split",
+           "world_size"]

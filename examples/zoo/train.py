@@ -19,7 +19,6 @@ import platform
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -42,13 +41,6 @@ def _channels_last(model: torch.nn.Module) -> Any:
         lambda _m, args: (args[0].contiguous(memory_format=torch.channels_last), *args[1:]))
 
 
-def _selection_splits(splits: Any) -> SimpleNamespace:
-    """fit() keeps its best epoch by ``val_*``; hand it the calibration split there, so the
-    validation split stays unseen and its accuracy is an honest figure."""
-    return SimpleNamespace(train_x=splits.train_x, train_y=splits.train_y,
-                           val_x=splits.calib_x, val_y=splits.calib_y)
-
-
 def train(entry: Entry, size: int, *, epochs: int, data: str | None = None,
           out_dir: Path | None = None, seed: int = 0, batch_size: int = 64,
           progress: bool = True) -> dict[str, Any]:
@@ -61,9 +53,9 @@ def train(entry: Entry, size: int, *, epochs: int, data: str | None = None,
     model = pipeline_model.load(arch).torch_model
     hook = _channels_last(model) if splits.train_x.ndim == 4 else None
     report = (lambda p: print(f"  epoch {p['epoch']}/{p['epochs']}: loss {p['loss']:.4f}, "
-                              f"calib top-1 {p['val_accuracy'] * 100:.1f} %", flush=True)
+                              f"calib top-1 {p['selection_accuracy'] * 100:.1f} %", flush=True)
               ) if progress else None
-    result = fit(model, _selection_splits(splits), epochs=epochs, lr=entry.lr,
+    result = fit(model, splits, epochs=epochs, lr=entry.lr,
                  optimizer=entry.optimizer, batch_size=batch_size, seed=seed, patience=epochs,
                  progress=report)
     if hook is not None:
@@ -88,7 +80,7 @@ def _save(entry: Entry, size: int, model: torch.nn.Module, splits: Any, result: 
         "samples": {"train": len(splits.train_x), "calib": len(splits.calib_x),
                     "val": len(splits.val_x)},
         "val_accuracy": round(val, 4), "chance": round(1 / splits.num_classes, 4),
-        "calib_accuracy_best": round(result["best_val_accuracy"], 4),
+        "calib_accuracy_best": round(result["best_selection_accuracy"], 4),
         "epochs": result["epochs"], "epochs_run": result["epochs_run"],
         "best_epoch": result["best_epoch"], "optimizer": entry.optimizer, "lr": entry.lr,
         "seconds": result["seconds"], "history": result["history"],

@@ -8,11 +8,18 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from edgesmith.compress.train import evaluate, fit
+from edgesmith.compress.train import (
+    HOLDOUT_FRACTION,
+    MIN_SELECTION_SAMPLES,
+    evaluate,
+    fit,
+    selection_split,
+)
 from edgesmith.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,10 +43,54 @@ def test_fit_learns_and_restores_the_best_epoch(splits):
     events = []
     res = fit(model, splits, epochs=4, lr=0.05, optimizer="adamw", batch_size=64, seed=0,
               patience=5, progress=events.append)
-    assert res["best_val_accuracy"] > 0.9
-    assert evaluate(model, splits.val_x, splits.val_y) == pytest.approx(res["best_val_accuracy"])
+    assert res["best_selection_accuracy"] > 0.9
+    assert res["selection"] == {"split": "calib", "samples": len(splits.calib_y),
+                                "train_samples": len(splits.train_y)}
+    assert evaluate(model, splits.calib_x, splits.calib_y) == \
+        pytest.approx(res["best_selection_accuracy"])
     assert [e["epoch"] for e in events] == list(range(1, res["epochs_run"] + 1))
-    assert res["best_val_accuracy"] == max(h["val_accuracy"] for h in res["history"])
+    assert res["best_selection_accuracy"] == max(h["selection_accuracy"] for h in res["history"])
+
+
+def _disagreeing(splits) -> SimpleNamespace:
+    """The digits splits with every validation label shifted by one class: the better a
+    model gets, the worse it scores on val, so a fit that picked its epoch on val would
+    hand back the untrained weights (epoch 0) while the calib split wants the last one."""
+    return SimpleNamespace(train_x=splits.train_x, train_y=splits.train_y,
+                           calib_x=splits.calib_x, calib_y=splits.calib_y,
+                           val_x=splits.val_x, val_y=(splits.val_y + 1) % 10)
+
+
+def test_fit_restores_the_epoch_best_on_the_selection_split_never_on_val(splits):
+    model = _untrained()
+    bent = _disagreeing(splits)
+    res = fit(model, bent, epochs=3, lr=0.05, optimizer="adamw", seed=0, patience=3)
+    assert res["best_epoch"] >= 1
+    assert evaluate(model, splits.calib_x, splits.calib_y) > 0.8
+    assert evaluate(model, bent.val_x, bent.val_y) < 0.1  # val disagreed and was not asked
+
+
+def test_fit_holds_out_a_slice_of_train_when_calib_is_the_training_data(splits):
+    same = SimpleNamespace(train_x=splits.train_x, train_y=splits.train_y,
+                           calib_x=splits.train_x, calib_y=splits.train_y,
+                           val_x=splits.val_x, val_y=splits.val_y)
+    res = fit(_untrained(), same, epochs=0, lr=0.05)
+    n = len(splits.train_y)
+    held = max(MIN_SELECTION_SAMPLES, round(n * HOLDOUT_FRACTION))
+    assert res["selection"] == {"split": "train holdout", "samples": held,
+                                "train_samples": n - held}
+
+
+def test_a_calib_split_too_small_to_select_on_gives_way_to_a_train_holdout(splits):
+    tiny = SimpleNamespace(train_x=splits.train_x, train_y=splits.train_y,
+                           calib_x=splits.calib_x[:MIN_SELECTION_SAMPLES - 1],
+                           calib_y=splits.calib_y[:MIN_SELECTION_SAMPLES - 1])
+    sel = selection_split(tiny)
+    assert sel.source == "train holdout"
+    # disjoint: no training sample is also a selection sample
+    train_rows = {r.tobytes() for r in sel.train_x}
+    assert not any(r.tobytes() in train_rows for r in sel.x)
+    assert len(sel.x) + len(sel.train_x) == len(splits.train_x)
 
 
 def test_fine_tuning_never_returns_a_worse_model(trained, splits):
@@ -90,8 +141,8 @@ def test_two_process_ddp_matches_single_process(tmp_path, splits):
     one = json.loads((tmp_path / "one.json").read_text())
     two = _torchrun(2, tmp_path / "two.json", *args, "--save", str(tmp_path / "best.pt"))
     assert two["world_size"] == 2 and one["world_size"] == 1
-    assert two["best_val_accuracy"] > 0.9
-    assert abs(two["best_val_accuracy"] - one["best_val_accuracy"]) <= 0.03
+    assert two["best_selection_accuracy"] > 0.9
+    assert abs(two["best_selection_accuracy"] - one["best_selection_accuracy"]) <= 0.03
     assert (tmp_path / "best.pt").is_file()  # rank 0 checkpointed
 
 
