@@ -2,13 +2,20 @@
 Micro, arena vs TFLM's, planner efficiency, peak RSS. Prints one JSON document.
 
     .venv/bin/python benchmarks/c_runtime.py [--runs 200] [--rounds 5]
-    .venv/bin/python benchmarks/c_runtime.py --nets mobilenetv2:96,resnet18:224 [--profile]
+    .venv/bin/python benchmarks/c_runtime.py --nets mobilenetv2:96,resnet18:224 \
+        [--runs 20] [--rounds 3]
 
---nets benchmarks zoo networks (examples/zoo) at the given input sizes instead, with 1000
-classes, random weights, calibrated on random data (fine for speed, meaningless for
-accuracy): C int8 and fp32 against LiteRT int8 and fp32 in alternating rounds, with each
-network's MACs and the C runtime's GMAC/s; --profile adds the C runtime's per-step times
-summed by op (edgesmith_bench --profile, the smallest mean over rounds).
+--nets benchmarks zoo networks (examples/zoo) at the given input sizes instead. A net with
+a trained zoo checkpoint (examples/zoo/catalog.py: cache_dir(); 10 classes, trained at
+32x32, fully convolutional so it runs at any size) gets those weights, calibrated on the
+zoo's own data at that size; the others get 1000 classes and random weights calibrated on
+random data (fine for speed, meaningless for accuracy); the JSON says "trained" or
+"random" per net. C int8 and fp32 run against LiteRT (XNNPACK), onnxruntime and OpenVINO
+(f32 forced), all on one thread, in alternating rounds; under each net's name the JSON
+keeps ratio_c_over_litert / _ort / _openvino as {int8, fp32}, the C int8 GMAC/s and its %
+of this CPU's measured int8 peak (benchmarks/int8_peak.c, built and run at the start and
+at the end), the int8 arena against TFLite Micro's, and the five slowest C steps
+(edgesmith_bench --profile); a "geomean" block sums the ratios over the nets.
 
 The C / LiteRT ratio comes from alternating rounds (see _head_to_head): on a shared
 machine a single back-to-back pair can differ by 1.5x from one minute to the next.
@@ -204,12 +211,9 @@ ZOO_NETS = {"mobilenetv2": "mobilenetv2.py", "mobilenetv3_small": "mobilenetv3.p
             "resnet18": "resnet18.py", "efficientnet_b0": "efficientnet.py"}
 
 
-def _zoo_net(name: str, size: int, work: Path):
-    """(fp32 ONNX, calibration samples) of a zoo network with 1000 classes and random
-    weights; calibrated on random normal data, which is all a speed figure needs."""
+def _zoo_module(name: str):
+    """The zoo file defining ``name`` (examples/zoo), imported by path."""
     import importlib.util
-
-    import torch
 
     if name not in ZOO_NETS:
         raise SystemExit(f"--nets: unknown network {name!r}; known: {', '.join(ZOO_NETS)}")
@@ -217,10 +221,57 @@ def _zoo_net(name: str, size: int, work: Path):
                                                   ROOT / "examples" / "zoo" / ZOO_NETS[name])
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    x = np.random.default_rng(0).standard_normal((32, 3, size, size)).astype(np.float32)
-    onnx_path = export(mod.build(num_classes=1000).eval(), torch.from_numpy(x[:1]),
-                       work / f"{name}_{size}.onnx")
-    return onnx_path, x
+    return mod
+
+
+def zoo_checkpoint(name: str) -> Path | None:
+    """The zoo's trained checkpoint of ``name`` (examples/zoo/train.py writes them to
+    catalog.cache_dir()), or None. They are 10-class; the nets are fully convolutional up
+    to a global pool, so a checkpoint trained at 32x32 loads and runs at any size."""
+    sys.path.insert(0, str(ROOT / "examples" / "zoo"))
+    try:
+        from catalog import ZOO, cache_dir
+    finally:
+        sys.path.pop(0)
+    entry = ZOO[name]
+    found = sorted(cache_dir().glob(f"{entry.stem(min(entry.sizes))}.pt")) or \
+        sorted(cache_dir().glob(f"{name}-{entry.data}*.pt"))
+    return found[0] if found else None
+
+
+def zoo_data(name: str, size: int, n_calib: int, n_val: int) -> dict:
+    """The zoo's own data set of ``name`` (digits or shapes) at ``size``: calib and val."""
+    sys.path.insert(0, str(ROOT / "examples" / "zoo"))
+    try:
+        import data as zoo_sets
+        from catalog import ZOO
+    finally:
+        sys.path.pop(0)
+    make = getattr(zoo_sets, ZOO[name].data)
+    return make(size=size, n_train=10, n_calib=n_calib, n_val=n_val)
+
+
+def zoo_net(name: str, size: int, work: Path, n_calib: int = 32, n_val: int = 1):
+    """(fp32 ONNX, calibration samples, "trained" | "random", val split or None) of a zoo
+    network at ``size``. With a checkpoint: its trained 10-class weights, calibrated on
+    the zoo's data at that size (so int8 scales are the ones a user gets). Without one:
+    1000 classes and random weights calibrated on random normal data, which is all a speed
+    figure needs (and meaningless for accuracy)."""
+    import torch
+
+    mod = _zoo_module(name)
+    ckpt = zoo_checkpoint(name)
+    if ckpt is None:
+        model, kind, val = mod.build(num_classes=1000).eval(), "random", None
+        x = np.random.default_rng(0).standard_normal((n_calib, 3, size, size)).astype(np.float32)
+    else:
+        model = mod.build(num_classes=10)
+        model.load_state_dict(torch.load(ckpt, map_location="cpu", weights_only=True))
+        model.eval()
+        splits = zoo_data(name, size, n_calib, n_val)
+        x, val, kind = splits["calib"][0].astype(np.float32), splits["val"], "trained"
+    onnx_path = export(model, torch.from_numpy(x[:1]), work / f"{name}_{size}.onnx")
+    return onnx_path, x, kind, val
 
 
 def count_macs(onnx_path: Path) -> int:
@@ -243,55 +294,251 @@ def count_macs(onnx_path: Path) -> int:
     return total
 
 
+# ---- peers of --nets: each a (name, timer) where timer(n) runs n inferences -> ms each ----
+
+def _timer(call) -> callable:
+    """n timed calls of ``call`` (one inference each), in milliseconds."""
+    def times(n: int) -> np.ndarray:
+        lat = np.empty(n)
+        for i in range(n):
+            t0 = time.perf_counter()
+            call()
+            lat[i] = (time.perf_counter() - t0) * 1e3
+        return lat
+    return times
+
+
+def _ort_peer(model: Path, x: np.ndarray):
+    """onnxruntime, CPU provider, 1 intra-op thread, ORT_ENABLE_ALL (its fused int8
+    kernels on the QDQ model)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
+    feed = {sess.get_inputs()[0].name: np.ascontiguousarray(x[:1], np.float32)}
+    return _timer(lambda: sess.run(None, feed))
+
+
+def _openvino_peer(model: Path, x: np.ndarray):
+    """OpenVINO CPU, 1 stream, 1 thread, f32 inference precision forced (it picks bf16 on
+    a CPU with AMX/AVX512-BF16, which would not be an fp32 figure). The int8 model is the
+    QDQ ONNX itself, through openvino.convert_model (its Q/DQ pairs become FakeQuantize
+    and run as int8): the same path as convert/openvino.py with a QDQ source."""
+    import openvino as ov
+
+    cfg = {"NUM_STREAMS": "1", "INFERENCE_NUM_THREADS": "1",
+           "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
+    compiled = ov.Core().compile_model(ov.convert_model(str(model)), "CPU", cfg)
+    got = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+    if "f32" not in got and "float32" not in got:
+        raise RuntimeError(f"OpenVINO ignored INFERENCE_PRECISION_HINT f32 (runs {got})")
+    req = compiled.create_infer_request()
+    req.set_input_tensor(ov.Tensor(np.ascontiguousarray(x[:1], np.float32)))
+    return _timer(req.infer)
+
+
+def _litert_peer(onnx_path: Path, calib: np.ndarray, work: Path, prec: str):
+    """LiteRT with its default XNNPACK delegate, 1 thread; returns (timer, .tflite path)."""
+    tfl = _tflite_int8(onnx_path, calib[:16], work, prec)
+    return _timer(_litert(tfl).invoke), tfl
+
+
+def _peers(prec: str, onnx_path: Path, src: Path, calib: np.ndarray, work: Path):
+    """{peer: timer or "skipped: why"} and the LiteRT model (or None)."""
+    peers: dict = {}
+    tfl = None
+    for name, make in (("litert", lambda: _litert_peer(onnx_path, calib, work / "tfl", prec)),
+                       ("ort", lambda: (_ort_peer(src, calib), None)),
+                       ("openvino", lambda: (_openvino_peer(src, calib), None))):
+        try:
+            peers[name], t = make()
+            tfl = tfl or t
+        except ImportError as e:
+            peers[name] = f"{e.name or e} not installed"
+        except Exception as e:  # noqa: BLE001 - a peer we cannot build or run is a skip
+            peers[name] = f"{type(e).__name__}: {e}"[:300]
+    return peers, tfl
+
+
+def _rounds(binary: Path, cwd: Path, peers: dict, runs: int, rounds: int) -> dict:
+    """C and every peer in alternating rounds (C, then each peer, then C again...), so a
+    slow spell of this shared machine hits all of them. Each side first runs as many
+    untimed inferences as it times (see _head_to_head). Per peer: the median over rounds
+    of C p50 / peer p50, each pair measured in the same round."""
+    live = {k: v for k, v in peers.items() if callable(v)}
+    c50, c_min, p50, p_min = [], [], {k: [] for k in live}, {k: [] for k in live}
+    for _ in range(rounds):
+        c = run.run_bench(binary, ["--input", "in.raw", "--runs", str(runs), "--warmup",
+                                   str(runs)], cwd=cwd)["latency_ms"]
+        c50.append(c["p50"])
+        c_min.append(c["min"])
+        for k, timer in live.items():
+            timer(runs)
+            lat = timer(runs)
+            p50[k].append(float(np.median(lat)))
+            p_min[k].append(float(lat.min()))
+    out = {"rounds": rounds, "runs_per_round": runs, "c_p50_ms": float(np.median(c50)),
+           "c_min_ms": min(c_min), "c_per_round_p50_ms": [round(v, 4) for v in c50]}
+    for k, v in peers.items():
+        if not callable(v):
+            out[k] = {"skipped": v}  # the reason
+            continue
+        out[k] = {"p50_ms": float(np.median(p50[k])), "min_ms": min(p_min[k]),
+                  "ratio_c_over": round(float(np.median(np.array(c50) / np.array(p50[k]))), 3),
+                  "ratio_min_c_over": round(min(c_min) / min(p_min[k]), 3),
+                  "per_round_p50_ms": [round(x, 4) for x in p50[k]]}
+    return out
+
+
 def _profile(binary: Path, cwd: Path, runs: int, rounds: int) -> dict:
-    """Per-op time of the C runtime (edgesmith_bench --profile): for each step the smallest
-    mean over ``rounds`` runs of the binary, summed by op, in microseconds."""
-    best: dict[int, tuple[str, float]] = {}
+    """Per-step time of the C runtime (edgesmith_bench --profile): for each step the
+    smallest mean over ``rounds`` runs of the binary (the least disturbed by the other
+    load on this machine); the five slowest steps, and the sum by op, in microseconds."""
+    best: dict[int, tuple[str, str, float]] = {}
     for _ in range(rounds):
         res = run.run_bench(binary, ["--input", "in.raw", "--runs", str(runs), "--warmup",
                                      str(runs), "--profile"], cwd=cwd)
         for st in res["steps"]:
             old = best.get(st["index"])
-            if old is None or st["mean_us"] < old[1]:
-                best[st["index"]] = (st["op"], st["mean_us"])
+            if old is None or st["mean_us"] < old[2]:
+                best[st["index"]] = (st["op"], st.get("name", ""), st["mean_us"])
     by_op: dict[str, float] = {}
-    for op, us in best.values():
+    for op, _, us in best.values():
         by_op[op] = by_op.get(op, 0.0) + us
     total = sum(by_op.values())
-    return {"total_us": round(total, 1), "by_op_us": {
-        k: round(v, 1) for k, v in sorted(by_op.items(), key=lambda kv: -kv[1])}}
+    slow = sorted(best.items(), key=lambda kv: -kv[1][2])[:5]
+    return {"total_us": round(total, 1),
+            "slowest_steps": [{"index": i, "op": op, "name": nm, "us": round(us, 1),
+                               "share": round(us / total, 3) if total else None}
+                              for i, (op, nm, us) in slow],
+            "by_op_us": {k: round(v, 1) for k, v in sorted(by_op.items(),
+                                                           key=lambda kv: -kv[1])}}
 
 
-def bench_nets(nets: list[str], runs: int, rounds: int, profile: bool) -> dict:
-    """--nets: each zoo network in C (int8, fp32) against LiteRT (int8, fp32)."""
-    report: dict = {"weights": "random weights, calibrated on random data",
-                    "cflags": "-O3 -march=native", "litert_threads": 1}
+def int8_peak() -> dict:
+    """The measured single-core int8 MAC peak of this CPU: benchmarks/int8_peak.c (a loop
+    of independent vpdpbusd, or AVX2 vpmaddubsw without VNNI), built here and run once."""
+    import subprocess
+
+    src = Path(__file__).with_name("int8_peak.c")
+    with tempfile.TemporaryDirectory(prefix="es_peak_") as tmp:
+        exe = Path(tmp) / "int8_peak"
+        p = subprocess.run(["cc", "-std=c99", "-O2", "-march=native", str(src), "-o", str(exe)],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            return {"skipped": f"int8_peak.c did not build: {p.stderr[-300:]}"}
+        out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    res = json.loads(out.stdout)
+    res.pop("sink", None)
+    return res
+
+
+def _tflm_arena_of(tfl: Path) -> dict:
+    """TFLite Micro's arena for the int8 .tflite LiteRT ran (its RecordingMicroAllocator,
+    after AllocateTensors: no invoke needed, which would take seconds on its reference
+    kernels at 224x224)."""
+    try:
+        from tflite_micro.python.tflite_micro import runtime
+    except ImportError:
+        return {"skipped": "tflite-micro not installed (pip install -e '.[bench]')"}
+    try:
+        it = runtime.Interpreter.from_file(str(tfl))
+        return _tflm_arena(it)
+    except Exception as e:  # noqa: BLE001 - an op TFLM lacks is a skip, not a figure
+        return {"skipped": f"TFLite Micro: {type(e).__name__}: {e}"[:300]}
+
+
+def _geomean(report: dict, nets: list[str]) -> dict:
+    """Geometric mean over the nets of each ratio that every net has a figure for (nets
+    missing one are named)."""
+    out: dict = {}
+    for key in ("ratio_c_over_litert", "ratio_c_over_ort", "ratio_c_over_openvino"):
+        for prec in ("int8", "fp32"):
+            vals = {n: report[n][key].get(prec) for n in nets}
+            have = [v for v in vals.values() if isinstance(v, float)]
+            out.setdefault(key, {})[prec] = (
+                round(float(np.exp(np.mean(np.log(have)))), 3) if have else None)
+            missing = [n for n, v in vals.items() if not isinstance(v, float)]
+            if missing:
+                out[key][f"{prec}_missing"] = missing
+    pct = [report[n]["c_int8_pct_of_peak"] for n in nets
+           if isinstance(report[n].get("c_int8_pct_of_peak"), float)]
+    out["c_int8_pct_of_peak"] = round(float(np.exp(np.mean(np.log(pct)))), 1) if pct else None
+    return out
+
+
+def bench_net(item: str, work: Path, runs: int, rounds: int) -> dict:
+    """One --nets entry: C int8 and fp32 against LiteRT, onnxruntime, OpenVINO."""
+    name, _, size = item.partition(":")
+    size = int(size or 224)
+    onnx_path, calib, kind, _ = zoo_net(name, size, work, n_calib=16)
+    macs = count_macs(onnx_path)
+    qdq = _qdq(onnx_path, calib[:16], work / f"{name}_{size}_qdq.onnx")
+    r: dict = {"weights": kind, "input": [1, 3, size, size],
+               "classes": 10 if kind == "trained" else 1000, "macs": macs,
+               "ratio_c_over_litert": {}, "ratio_c_over_ort": {}, "ratio_c_over_openvino": {}}
+    for prec, src in (("int8", qdq), ("fp32", onnx_path)):
+        out = work / f"{name}_{size}_{prec}"
+        gen = codegen.from_onnx(src, out, precision=prec, cflags="-O3 -march=native")
+        b = run.build(out)
+        calib[:1].astype("<f4").tofile(out / "in.raw")
+        peers, tfl = _peers(prec, onnx_path, src, calib, work / f"{name}_{size}_{prec}_peers")
+        h2h = _rounds(b, out, peers, runs, rounds)
+        for peer in ("litert", "ort", "openvino"):
+            r[f"ratio_c_over_{peer}"][prec] = h2h[peer].get(
+                "ratio_c_over", f"skipped: {h2h[peer].get('skipped')}")
+        c_gmac = macs / (h2h["c_p50_ms"] * 1e6)
+        r[prec] = {"c_gmac_per_s": round(c_gmac, 1), "arena_bytes": gen.plan.arena_bytes,
+                   "arena_lower_bound_bytes": gen.plan.lower_bound_bytes,
+                   "rounds": h2h, "c_profile": _profile(b, out, runs, min(rounds, 2))}
+        if prec == "int8":
+            r["c_int8_gmac_per_s"] = round(c_gmac, 1)
+            tflm = _tflm_arena_of(tfl) if tfl else {"skipped": "no int8 .tflite model"}
+            r["arena_int8"] = {"c_bytes": gen.plan.arena_bytes,
+                               "tflm": tflm, "c_over_tflm_total": (
+                                   round(gen.plan.arena_bytes / tflm["total"], 3)
+                                   if tflm.get("total") else None)}
+    return r
+
+
+def bench_nets(nets: list[str], runs: int, rounds: int) -> dict:
+    """--nets: each zoo network in C (int8, fp32) against its peers, the int8 peak, the
+    geometric means."""
+    import os
+    import platform
+
+    peak = int8_peak()
+    report: dict = {"cflags": "-O3 -march=native", "threads": 1, "cpu": platform.processor()
+                    or platform.machine(), "loadavg_at_start": [round(v, 2) for v in
+                                                                os.getloadavg()],
+                    "int8_peak": peak,
+                    "peers": {"litert": "ai-edge-litert, XNNPACK delegate (default), 1 thread",
+                              "ort": "onnxruntime CPU EP, 1 intra-op thread, ORT_ENABLE_ALL; "
+                                     "int8 = the QDQ model C is generated from",
+                              "openvino": "OpenVINO CPU, 1 stream, 1 thread, "
+                                          "INFERENCE_PRECISION_HINT f32; int8 = the QDQ ONNX "
+                                          "via openvino.convert_model"},
+                    "timing": "p50 per round, median over alternating rounds; peers timed "
+                              "from Python around one call (C times itself in C)"}
     with tempfile.TemporaryDirectory(prefix="es_nets_") as tmp:
-        work = Path(tmp)
         for item in nets:
-            name, _, size = item.partition(":")
-            onnx_path, calib = _zoo_net(name, int(size or 224), work)
-            macs = count_macs(onnx_path)
-            qdq = _qdq(onnx_path, calib[:16], work / f"{item}_qdq.onnx".replace(":", "_"))
-            r: dict = {"macs": macs}
-            for prec, src in (("int8", qdq), ("fp32", onnx_path)):
-                out = work / f"{name}_{size}_{prec}"
-                codegen.from_onnx(src, out, precision=prec, cflags="-O3 -march=native")
-                b = run.build(out)
-                calib[:1].astype("<f4").tofile(out / "in.raw")
-                try:
-                    tfl = _tflite_int8(onnx_path, calib[:16], work / f"{name}_{size}", prec)
-                except Exception as e:  # noqa: BLE001 - a peer we cannot build is a skip
-                    r[prec] = {"skipped": f"no {prec} tflite model: {e}"[:300]}
-                    continue
-                h2h = _head_to_head(b, out, _litert(tfl), runs, rounds)
-                r[prec] = {"ratio_c_over_litert": round(h2h["ratio_c_over_litert"], 3),
-                           "c_gmac_per_s": round(macs / (h2h["c_p50_ms"] * 1e6), 1),
-                           "litert_gmac_per_s": round(macs / (h2h["litert_p50_ms"] * 1e6), 1),
-                           "head_to_head": h2h}
-                if profile:
-                    r[prec]["c_profile"] = _profile(b, out, runs, rounds)
-            report[item] = r
+            report[item] = bench_net(item, Path(tmp), runs, rounds)
+            print(f"{item}: done", file=sys.stderr, flush=True)
+    report["loadavg_at_end"] = [round(v, 2) for v in os.getloadavg()]
+    # measured again at the end: the higher of the two is the peak (a busy spell of this
+    # shared machine can only lower a figure)
+    end = int8_peak()
+    report["int8_peak_at_end"] = end
+    best = max(peak.get("gmac_per_s") or 0.0, end.get("gmac_per_s") or 0.0)
+    report["int8_peak_gmac_per_s"] = best or None
+    for item in nets:
+        report[item]["c_int8_pct_of_peak"] = (
+            round(100 * report[item]["c_int8_gmac_per_s"] / best, 1) if best else None)
+    report["geomean"] = _geomean(report, nets)
     return report
 
 
@@ -304,12 +551,10 @@ def main() -> None:
                     help="zoo networks as name:size, comma-separated (e.g. "
                          "mobilenetv2:96,resnet18:224), instead of the digits/MobileNetV2 "
                          f"report; names: {', '.join(ZOO_NETS)}")
-    ap.add_argument("--profile", action="store_true",
-                    help="with --nets: the C runtime's per-step times, summed by op")
     args = ap.parse_args()
     if args.nets:
         print(json.dumps(bench_nets([n for n in args.nets.split(",") if n], args.runs,
-                                    args.rounds, args.profile), indent=1))
+                                    args.rounds), indent=1))
         return
     report = {}
     floor = _litert_invoke_floor_ms(args.runs)
