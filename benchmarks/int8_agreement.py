@@ -1,0 +1,423 @@
+"""INT8 agreement criterion (issue 16, item 7): is the C runtime's int8 build as close to
+onnxruntime as onnxruntime is to itself? Three checks, one table and one JSON document.
+
+    .venv/bin/python benchmarks/int8_agreement.py [--models digits,mobilenetv2,...]
+                                                  [--size 32] [--layer-samples 4]
+
+(a) per layer: every quantized layer (the float ops between the DequantizeLinear nodes
+    that feed it and the QuantizeLinear that ends it) of the C int8 build, fed
+    onnxruntime's own int8 input to that layer, agrees within 1 LSB on 100 % of values.
+    Method: edgesmith_bench has no per-step dump, so all layers are cut out of the QDQ
+    model into ONE side-by-side model (input: every layer's dequantized int8 input,
+    flattened and concatenated; Split, Reshape and the layer's own QuantizeLinear turn it
+    back into exactly onnxruntime's int8 values; each layer ends in its own
+    Quantize/Dequantize pair and is a graph output). One C build per model runs every
+    layer with the kernels the whole model gets.
+(b) end to end: C vs onnxruntime (ORT_ENABLE_ALL, its fused int8 kernels) agrees at least
+    as well as onnxruntime fused vs onnxruntime unfused (ORT_DISABLE_ALL: DQ -> float op
+    -> Q), on the output's int8 values (within 1 LSB) and on top-1.
+(c) trained zoo models: top-1 of C int8 equals onnxruntime int8's on >= 99 % of the zoo's
+    val split.
+
+Models: ``digits`` (examples/digits, 8x8) and the zoo CNNs with a trained checkpoint
+(mobilenetv2, mobilenetv3_small, resnet18, efficientnet_b0) at --size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from edgesmith.targets import codegen, run  # noqa: E402
+
+CFLAGS = "-O3 -march=native"  # the benchmark's build: the fast kernels are the ones judged
+ZOO_CNNS = ("mobilenetv2", "mobilenetv3_small", "resnet18", "efficientnet_b0")
+
+
+# ---- onnxruntime -------------------------------------------------------------------------
+
+def ort_session(model, level: str = "ORT_ENABLE_ALL"):
+    """A one-thread CPU session on a path or ModelProto at graph optimisation ``level``."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.intra_op_num_threads = 1
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+    src = model.SerializeToString() if hasattr(model, "SerializeToString") else str(model)
+    return ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
+
+
+def ort_run(model, x: np.ndarray, level: str = "ORT_ENABLE_ALL") -> list[np.ndarray]:
+    sess = ort_session(model, level)
+    return sess.run(None, {sess.get_inputs()[0].name: np.ascontiguousarray(x, np.float32)})
+
+
+def ort_ints(m, x: np.ndarray) -> dict[str, np.ndarray]:
+    """onnxruntime's (ORT_ENABLE_ALL) int8 value of every QuantizeLinear output on ``x``:
+    the Q outputs are added as graph outputs, which its QDQ fusion keeps (the fused node
+    writes the same tensor)."""
+    import onnx
+
+    m = onnx.ModelProto.FromString(m.SerializeToString())
+    have = {o.name for o in m.graph.output}
+    for n in m.graph.node:
+        if n.op_type == "QuantizeLinear" and n.output[0] not in have:
+            m.graph.output.append(onnx.helper.make_tensor_value_info(
+                n.output[0], onnx.TensorProto.INT8, None))
+    sess = ort_session(m)
+    names = [o.name for o in sess.get_outputs()]
+    outs = sess.run(None, {sess.get_inputs()[0].name: x})
+    return dict(zip(names, outs, strict=True))
+
+
+# ---- (a) per layer -----------------------------------------------------------------------
+
+@dataclass
+class Layer:
+    """One quantized layer: the nodes from its DQ inputs to its QuantizeLinear ``q``."""
+    q: object                                   # the QuantizeLinear node ending it
+    nodes: list = field(default_factory=list)   # in graph order, DQs included
+    acts: list = field(default_factory=list)    # Q nodes whose int8 output feeds it
+    ops: list = field(default_factory=list)     # op types between the DQs and q
+
+    @property
+    def label(self) -> str:
+        return f"{'+'.join(self.ops) or 'requantize'} -> {self.q.output[0]}"
+
+
+def _graph_maps(m):
+    prod = {o: n for n in m.graph.node for o in n.output}
+    inits = {i.name for i in m.graph.initializer}
+    return prod, inits
+
+
+def layers(m) -> list[Layer]:
+    """Every QuantizeLinear fed by computed activations, with the float region before it:
+    walk back from its input through float ops to DequantizeLinear nodes (of weights, or
+    of an activation's Q output: a layer input). Q nodes of the graph input are skipped
+    (nothing computes there)."""
+    prod, inits = _graph_maps(m)
+    order = {id(n): k for k, n in enumerate(m.graph.node)}
+    out = []
+    for q in m.graph.node:
+        if q.op_type != "QuantizeLinear" or q.input[0] not in prod:
+            continue
+        lay, seen, stack = Layer(q), set(), [q.input[0]]
+        while stack:
+            t = stack.pop()
+            if not t or t in inits or t not in prod or t in seen:
+                continue
+            seen.add(t)
+            n = prod[t]
+            lay.nodes.append(n)
+            if n.op_type == "DequantizeLinear":
+                if n.input[0] not in inits:
+                    src = prod.get(n.input[0])
+                    if src is None or src.op_type != "QuantizeLinear":
+                        raise ValueError(f"{n.name}: an int8 input not made by a Q node")
+                    if src not in lay.acts:
+                        lay.acts.append(src)
+                continue
+            if n.op_type == "QuantizeLinear":
+                raise ValueError(f"{q.name}: walked into another Q node ({n.name})")
+            stack.extend(n.input)
+        lay.nodes.sort(key=lambda n: order[id(n)])
+        lay.ops = [n.op_type for n in lay.nodes if n.op_type not in ("DequantizeLinear",
+                                                                     "Constant")]
+        if lay.acts:
+            out.append(lay)
+    return out
+
+
+def side_by_side(m, lays: list[Layer], ints: dict[str, np.ndarray]):
+    """(model, float input of one sample per row) running every layer on its own input.
+
+    Input ``x``: [1, total], each layer's activation inputs dequantized and flattened, in
+    order. Split and Reshape cut it back; the activation's own QuantizeLinear (scale and
+    zero point of the original model) re-quantizes it to exactly onnxruntime's int8; every
+    tensor inside layer k is renamed ``L{k}/...`` so layers sharing an input stay apart.
+    Output k is layer k's Q then DQ (float; the caller rounds back to int8)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = {i.name: i for i in m.graph.initializer}
+    used, nodes, outputs, pieces, sizes = set(), [], [], [], []
+    for k, lay in enumerate(lays):
+        rn = {}
+
+        def name(t: str, k=k, rn=rn) -> str:
+            if not t or t in inits:
+                used.add(t)
+                return t
+            return rn.setdefault(t, f"L{k}/{t}")
+
+        for a in lay.acts:
+            src = a.output[0]
+            piece = f"L{k}/in/{src}"
+            shape = np.array(ints[src].shape[1:], np.int64)
+            pieces.append((piece, ints[src], a))
+            sizes.append(int(np.prod(shape)))
+            nodes.append(helper.make_node("Reshape", [piece, f"L{k}/shape/{src}"],
+                                          [f"L{k}/f/{src}"]))
+            inits_new = numpy_helper.from_array(np.array([1, *shape], np.int64),
+                                                f"L{k}/shape/{src}")
+            inits[inits_new.name] = inits_new
+            used.add(inits_new.name)
+            nodes.append(helper.make_node("QuantizeLinear", [f"L{k}/f/{src}",
+                                                             *[name(i) for i in a.input[1:]]],
+                                          [name(src)]))
+        for n in lay.nodes:
+            nodes.append(helper.make_node(n.op_type, [name(i) for i in n.input],
+                                          [name(o) for o in n.output], name=f"L{k}/{n.name}",
+                                          **{a.name: helper.get_attribute_value(a)
+                                             for a in n.attribute}))
+        q = lay.q
+        nodes.append(helper.make_node("QuantizeLinear", [name(i) for i in q.input],
+                                      [name(q.output[0])]))
+        nodes.append(helper.make_node("DequantizeLinear", [name(q.output[0]),
+                                                          *[name(i) for i in q.input[1:]]],
+                                      [f"y{k}"]))
+        outputs.append(helper.make_tensor_value_info(f"y{k}", TensorProto.FLOAT,
+                                                     [1, *ints[q.output[0]].shape[1:]]))
+    split = numpy_helper.from_array(np.array(sizes, np.int64), "split_sizes")
+    nodes.insert(0, helper.make_node("Split", ["x", "split_sizes"], [p for p, _, _ in pieces],
+                                     axis=1) if len(pieces) > 1 else
+                 helper.make_node("Identity", ["x"], [pieces[0][0]]))
+    xs = np.concatenate([_dequantized(m, a, v) for _, v, a in pieces], axis=1)
+    g = helper.make_graph(nodes, "layers",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                         [1, xs.shape[1]])],
+                          outputs, [inits[u] for u in sorted(used) if u] + [split])
+    sub = helper.make_model(g, opset_imports=list(m.opset_import))
+    sub.ir_version = m.ir_version
+    onnx.checker.check_model(sub)
+    return sub, xs
+
+
+def _const(m, name: str) -> np.ndarray:
+    from onnx import numpy_helper
+
+    return next(numpy_helper.to_array(i) for i in m.graph.initializer if i.name == name)
+
+
+def _dequantized(m, q, v: np.ndarray) -> np.ndarray:
+    """onnxruntime's int8 values ``v`` of Q node ``q``, dequantized, one row per sample."""
+    s, z = _const(m, q.input[1]), _const(m, q.input[2]).astype(np.float32)
+    return ((v.astype(np.float32) - z) * s).astype(np.float32).reshape(len(v), -1)
+
+
+def c_outputs(folder: Path, xs: np.ndarray) -> list[list[np.ndarray]]:
+    """Every output of the C build, per sample (edgesmith_bench --output writes them all
+    back to back)."""
+    _, oshapes = run.io_shapes(folder)
+    binary = run.build(folder)
+    res = []
+    with tempfile.TemporaryDirectory(prefix="es_agree_") as tmp:
+        for i, x in enumerate(xs):
+            fin, fout = Path(tmp) / f"in{i}.raw", Path(tmp) / f"out{i}.raw"
+            np.ascontiguousarray(x, "<f4").tofile(fin)
+            run.run_bench(binary.resolve(), ["--weights", str((folder / "weights.bin").resolve()),
+                                             "--input", str(fin), "--output", str(fout),
+                                             "--runs", "1", "--warmup", "0", "--no-power"],
+                          cwd=folder)
+            raw, outs, off = np.fromfile(fout, "<f4"), [], 0
+            for sh in oshapes:
+                n = int(np.prod(sh))
+                outs.append(raw[off:off + n].reshape(sh))
+                off += n
+            res.append(outs)
+    return res
+
+
+def to_int8(m, q, y: np.ndarray) -> np.ndarray:
+    """A dequantized output of Q node ``q`` back to its int8 values."""
+    s, z = float(_const(m, q.input[1])), int(_const(m, q.input[2]))
+    return np.clip(np.round(y / s) + z, -128, 127).astype(np.int32)
+
+
+def per_layer(qdq: Path, x: np.ndarray, work: Path) -> dict:
+    """(a): every layer of ``qdq`` in C on onnxruntime's int8 input, samples ``x``."""
+    import onnx
+
+    m = onnx.load(str(qdq))
+    return judge_layers(m, ort_ints(m, x), work, qdq.stem)
+
+
+def judge_layers(m, ints: dict[str, np.ndarray], work: Path, stem: str) -> dict:
+    """(a) on given int8 tensors ``ints`` (onnxruntime's, normally): each layer's output
+    in C, from ``ints`` of its inputs, against ``ints`` of its output."""
+    import onnx
+
+    lays = layers(m)
+    sub, xs = side_by_side(m, lays, ints)
+    path = work / f"{stem}_layers.onnx"
+    onnx.save(sub, str(path))
+    folder = work / f"{stem}_layers_c"
+    codegen.from_onnx(path, folder, precision="int8", cflags=CFLAGS)
+    ys = c_outputs(folder, xs)
+    rows = []
+    for k, lay in enumerate(lays):
+        ours = np.stack([to_int8(m, lay.q, y[k].reshape(-1)) for y in ys])
+        ref = ints[lay.q.output[0]].astype(np.int32).reshape(ours.shape)
+        err = np.abs(ours - ref)
+        rows.append({"layer": lay.label, "values": int(err.size),
+                     "exact": float((err == 0).mean()), "within_1lsb": float((err <= 1).mean()),
+                     "max_lsb": int(err.max())})
+    return {"method": "all layers side by side in one C build, each fed onnxruntime's int8 "
+                      "input (ORT_ENABLE_ALL) to it", "samples": len(xs), "layers": len(rows),
+            "bit_exact_layers": sum(r["exact"] == 1.0 for r in rows),
+            "min_within_1lsb": min(r["within_1lsb"] for r in rows),
+            "max_lsb": max(r["max_lsb"] for r in rows),
+            "pass": all(r["max_lsb"] <= 1 for r in rows), "per_layer": rows}
+
+
+# ---- (b) and (c) end to end --------------------------------------------------------------
+
+def _agreement(a: np.ndarray, b: np.ndarray) -> dict:
+    """Int8 outputs (samples, values...) a vs b: exact, within 1 LSB, top-1 agreement."""
+    a, b = a.reshape(len(a), -1), b.reshape(len(b), -1)
+    err = np.abs(a - b)
+    return {"exact": float((err == 0).mean()), "within_1lsb": float((err <= 1).mean()),
+            "max_lsb": int(err.max()),
+            "top1": float((a.argmax(1) == b.argmax(1)).mean())}
+
+
+def end_to_end(qdq: Path, x: np.ndarray, work: Path) -> dict:
+    """(b): C int8 vs onnxruntime fused, against onnxruntime fused vs unfused, on the
+    output's int8 values (the last Q node's scale) and top-1."""
+    import onnx
+
+    m = onnx.load(str(qdq))
+    out = m.graph.output[0].name
+    prod, _ = _graph_maps(m)
+    q = prod[prod[out].input[0]]  # output = DQ(Q(...))
+    fused = to_int8(m, q, ort_run(m, x)[0])
+    unfused = to_int8(m, q, ort_run(m, x, "ORT_DISABLE_ALL")[0])
+    folder = work / f"{qdq.stem}_c"
+    codegen.from_onnx(qdq, folder, precision="int8", cflags=CFLAGS)
+    c = to_int8(m, q, np.stack([o[0] for o in c_outputs(folder, x[:, None])]))
+    c = c.reshape(fused.shape)  # one [1, ...] output per sample -> onnxruntime's batch
+    c_vs = _agreement(c, fused)
+    ort_self = _agreement(fused, unfused)
+    return {"samples": len(x), "c_vs_ort": c_vs, "ort_fused_vs_unfused": ort_self,
+            "pass": c_vs["within_1lsb"] >= ort_self["within_1lsb"] and
+            c_vs["top1"] >= ort_self["top1"], "c_int8": c, "ort_int8": fused}
+
+
+# ---- models ------------------------------------------------------------------------------
+
+def digits_model(work: Path, epochs: int = 8):
+    """(fp32 ONNX, calib, val x, val y, weights) of the digits CNN (examples/digits),
+    trained here for ``epochs`` (seconds on 8x8 inputs; as the C tests' fixture does), on
+    the pipeline's digits split."""
+    import torch
+
+    from edgesmith.pipeline.data import digits
+    from tests.targets._helpers import _load, export
+
+    s = digits()
+    model = _load("digits", "model").build()
+    x, y = torch.from_numpy(s.train_x), torch.from_numpy(s.train_y).long()
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(0)
+    torch.manual_seed(0)
+    model.train()
+    for _ in range(epochs):
+        perm = torch.randperm(len(x), generator=g)
+        for i in range(0, len(x), 64):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x[perm[i:i + 64]]),
+                                              y[perm[i:i + 64]]).backward()
+            opt.step()
+    model.eval()
+    onnx_path = export(model, torch.from_numpy(s.val_x[:1]), work / "digits.onnx")
+    return onnx_path, s.calib_x, s.val_x, s.val_y, f"trained here ({epochs} epochs, 8x8)"
+
+
+def zoo_model(name: str, size: int, work: Path, n_val: int):
+    from benchmarks.c_runtime import zoo_net
+
+    onnx_path, calib, kind, val = zoo_net(name, size, work, n_calib=200, n_val=n_val)
+    if kind != "trained":
+        raise SystemExit(f"{name}: no trained checkpoint in the zoo cache "
+                         "(python examples/zoo/train.py --model {name})")
+    return onnx_path, calib, val[0], val[1], f"trained (zoo checkpoint), {size}x{size}"
+
+
+def judge(name: str, onnx_path: Path, calib, val_x, val_y, weights: str, work: Path,
+          layer_samples: int) -> dict:
+    from tests.targets._helpers import _qdq
+
+    qdq = _qdq(onnx_path, calib, work / f"{name}_qdq.onnx")
+    a = per_layer(qdq, val_x[:layer_samples], work)
+    b = end_to_end(qdq, val_x, work)
+    c_top1 = b.pop("c_int8").reshape(len(val_x), -1).argmax(1)
+    ort_top1 = b.pop("ort_int8").reshape(len(val_x), -1).argmax(1)
+    top1 = float((c_top1 == ort_top1).mean())
+    return {"weights": weights, "val_samples": len(val_x),
+            "accuracy": {"c_int8": float((c_top1 == val_y).mean()),
+                         "ort_int8": float((ort_top1 == val_y).mean())},
+            "a_per_layer": a, "b_end_to_end": b,
+            "c_top1_agreement": {"value": top1, "pass": top1 >= 0.99 if
+                                 weights.startswith("trained") else None}}
+
+
+def table(report: dict) -> str:
+    head = (f"{'model':<18} {'layers':>6} {'exact':>6} {'<=1LSB':>8} {'maxLSB':>6} "
+            f"{'C~ORT <=1':>9} {'ORT~ORT <=1':>11} {'C~ORT top1':>10} {'ORT~ORT top1':>12} "
+            f"{'a':>4} {'b':>4} {'c':>4}")
+    lines = [head]
+    for name, r in report.items():
+        a, b = r["a_per_layer"], r["b_end_to_end"]
+        c = r["c_top1_agreement"]["pass"]
+        lines.append(
+            f"{name:<18} {a['layers']:>6} {a['bit_exact_layers']:>6} "
+            f"{a['min_within_1lsb']:>8.2%} {a['max_lsb']:>6} "
+            f"{b['c_vs_ort']['within_1lsb']:>9.2%} "
+            f"{b['ort_fused_vs_unfused']['within_1lsb']:>11.2%} "
+            f"{b['c_vs_ort']['top1']:>10.2%} {b['ort_fused_vs_unfused']['top1']:>12.2%} "
+            f"{'ok' if a['pass'] else 'FAIL':>4} {'ok' if b['pass'] else 'FAIL':>4} "
+            f"{'-' if c is None else 'ok' if c else 'FAIL':>4}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="digits," + ",".join(ZOO_CNNS))
+    ap.add_argument("--size", type=int, default=32, help="zoo input size (trained at 32)")
+    ap.add_argument("--layer-samples", type=int, default=4,
+                    help="val samples fed through every layer for (a)")
+    ap.add_argument("--val", type=int, default=1000, help="zoo val samples for (b) and (c)")
+    args = ap.parse_args(argv)
+    report = {}
+    with tempfile.TemporaryDirectory(prefix="es_int8_agree_") as tmp:
+        work = Path(tmp)
+        for name in [n for n in args.models.split(",") if n]:
+            if name == "digits":
+                src = digits_model(work)
+            elif name in ZOO_CNNS:
+                src = zoo_model(name, args.size, work, args.val)
+            else:
+                raise SystemExit(f"--models: unknown {name!r}; known: digits, "
+                                 f"{', '.join(ZOO_CNNS)}")
+            report[name] = judge(name, *src, work, args.layer_samples)
+            print(f"{name}: done", file=sys.stderr, flush=True)
+    print(table(report), file=sys.stderr)
+    print(json.dumps(report, indent=1))
+    ok = all(r["a_per_layer"]["pass"] and r["b_end_to_end"]["pass"] and
+             r["c_top1_agreement"]["pass"] is not False for r in report.values())
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
