@@ -162,6 +162,7 @@ def _load(req: BuildRequest, events: Events) -> Inputs:
         _check_task_compress(req, profile, loaded, str(profile_path))
         splits = data_mod.load(req.data, seed=req.seed, rule=req.split, preprocess=pre_spec,
                                preprocess_from_cli=req.preprocess is not None, task=req.task)
+        metric = metrics.for_input(metric, splits.val_x.shape[2:])  # mAP decodes at its strides
         loaded = stages.fit_batch(loaded, splits)
         ref = stages.reference(loaded, splits, metric)
     if loaded.batch.mode != "dynamic":

@@ -70,6 +70,29 @@ def as_levels(outputs: Any, strides: Sequence[int] = DEFAULT_STRIDES) -> list[np
     return levels
 
 
+def strides_for(image_hw: Sequence[int], outputs: Any) -> tuple[int, ...]:
+    """Each level's stride on an ``image_hw`` input, from the outputs' shapes: the same rule
+    the C generator uses for es_detect.c (``edgesmith.detect_grid``), so a head at strides
+    4/8 or 8/16/32 decodes right everywhere instead of at this example's (8, 16). Imported
+    here, not at the top, so decode and nms keep needing numpy only."""
+    from edgesmith import detect_grid
+
+    if isinstance(outputs, Mapping):
+        outputs = list(outputs.values())
+    if isinstance(outputs, np.ndarray) and outputs.ndim == 3:
+        shapes = [list(outputs.shape)]
+        grids = detect_grid.packed_grids(image_hw, outputs.shape[2])
+    else:
+        shapes = [list(np.shape(o)) for o in
+                  (outputs if isinstance(outputs, (list, tuple)) else [outputs])]
+        grids = detect_grid.map_grids(image_hw, shapes)
+    if not grids:
+        raise ValueError(f"detection outputs {shapes} are no head on a "
+                         f"{image_hw[0]}x{image_hw[1]} input: each map must be the input at a "
+                         "whole stride (a packed output: levels at strides s, 2s, 4s...)")
+    return tuple(s for s, _, _ in grids)
+
+
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     one = np.float32(1.0)
     return one / (one + np.exp(-x, dtype=np.float32))

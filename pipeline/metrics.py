@@ -13,8 +13,8 @@ from __future__ import annotations
 import importlib
 import math
 import numbers
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ from .refs import import_callable, is_callable_ref
 
 TASK_DEFAULT = {"classify": "top1", "detect": "map50", "regress": "mse", "raw": "cosine"}
 DETECTION_MODULE = "edgesmith.pipeline.detection"
+DETECTION_METRICS = ("map50", "map50_95")
 
 
 @dataclass(frozen=True)
@@ -105,8 +106,11 @@ def cosine(outputs: Any, labels: Any) -> float:
     return float(sims.mean())
 
 
-def _detection(name: str) -> Callable[[Any, Any], float]:
-    """mAP from the detection module, imported on first use (it needs pycocotools)."""
+def _detection(name: str, image_hw: tuple[int, int] | None = None
+               ) -> Callable[[Any, Any], float]:
+    """mAP from the detection module, imported on first use (it needs pycocotools); with
+    ``image_hw``, decoded at the strides the input size gives each output (``for_input``),
+    else at the module's default strides."""
     def fn(outputs: Any, labels: Any) -> float:
         try:
             module = importlib.import_module(DETECTION_MODULE)
@@ -114,9 +118,20 @@ def _detection(name: str) -> Callable[[Any, Any], float]:
             raise UsageError(f"--metric {name} needs {DETECTION_MODULE}, which cannot be "
                              f"imported: {e}", fix="install pycocotools, or pick another "
                                                    "--metric") from None
-        return getattr(module, name)(outputs, labels)
+        strides = module.strides_for(image_hw, outputs) if image_hw else module.DEFAULT_STRIDES
+        return getattr(module, name)(outputs, labels, strides)
     fn.__name__ = name
     return fn
+
+
+def for_input(metric: Metric | None, image_hw: Sequence[int]) -> Metric | None:
+    """The metric as this build's input size needs it: mAP decodes each output at the
+    stride the input gives it (input side / map side), which the metric alone cannot
+    know. Any other metric is returned as it is."""
+    if metric is None or metric.source is not None or metric.name not in DETECTION_METRICS \
+            or len(image_hw) != 2:
+        return metric
+    return replace(metric, fn=_detection(metric.name, (int(image_hw[0]), int(image_hw[1]))))
 
 
 BUILTIN = {

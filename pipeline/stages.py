@@ -338,7 +338,8 @@ def write_bench_data(root: Path, splits: Splits, ref: Reference) -> dict[str, st
     np.save(data / "bench_reference.npy", ref.outputs[:n])
     return {"input": "data/bench_input.npy", "reference": "data/bench_reference.npy",
             **bench_frames.write(data, splits),  # an image folder's raw val frames
-            **bench_detect.write(data, ref.outputs[:n], splits.val_y, ref.metric)}  # boxes
+            **bench_detect.write(data, ref.outputs[:n], splits.val_y, ref.metric,  # boxes
+                                splits.val_x.shape[2:])}
 
 
 def _ram_problem(artifact: Artifact, ram_mb: int) -> str | None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from edgesmith import detect_grid
 from edgesmith.artifact import write_text_atomic
 from edgesmith.errors import ConversionError
 
@@ -318,7 +319,8 @@ def _detect_h(g: Graph, max_boxes: int = 100) -> list[str]:
             or shapes[0][1] < 6:
         return []
     packed = len(shapes) == 1 and len(shapes[0]) == 3
-    grids = _packed_grids(ins, shapes[0][2]) if packed else _map_grids(ins, shapes)
+    grids = (detect_grid.packed_grids(ins[2:], shapes[0][2]) if packed
+             else detect_grid.map_grids(ins[2:], shapes))
     if not grids:
         return []
     lists = {key: "{" + ", ".join(str(v) for v in vals) + "}" for key, vals in (
@@ -338,30 +340,6 @@ def _detect_h(g: Graph, max_boxes: int = 100) -> list[str]:
             *(f"#define ES_DETECT_{k} {v}" for k, v in lists.items()),
             f"#define ES_DETECT_MAX_CANDIDATES {cells}",
             "#ifndef ES_DETECT_MAX_BOXES", f"#define ES_DETECT_MAX_BOXES {max_boxes}", "#endif"]
-
-
-def _map_grids(ins: tuple[int, ...], shapes: list[tuple[int, ...]]
-               ) -> list[tuple[int, int, int]]:
-    """(stride, h, w) per output when each is a 4-D map at a whole, square stride."""
-    if any(len(s) != 4 or ins[2] % s[2] or ins[3] % s[3] or ins[2] // s[2] != ins[3] // s[3]
-           for s in shapes):
-        return []
-    return [(ins[2] // s[2], s[2], s[3]) for s in shapes]
-
-
-def _packed_grids(ins: tuple[int, ...], cells: int) -> list[tuple[int, int, int]]:
-    """(stride, h, w) per level of a packed head: the chain of strides s, 2s, 4s... (each
-    dividing the input) whose grids hold ``cells`` in all. Each level has a quarter of
-    the previous one's cells, so at most one chain fits; none: not a detection head."""
-    for first in (2 ** k for k in range(1, 8)):
-        total, grids, s = 0, [], first
-        while ins[2] % s == 0 and ins[3] % s == 0 and total < cells:
-            grids.append((s, ins[2] // s, ins[3] // s))
-            total += grids[-1][1] * grids[-1][2]
-            s *= 2
-        if total == cells:
-            return grids
-    return []
 
 
 _API_H = [

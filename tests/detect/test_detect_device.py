@@ -58,7 +58,7 @@ def _random_packed(seed: int, n: int = 3, classes: int = 4, side: int = 16) -> n
 def test_device_decode_gives_the_hosts_boxes_on_random_outputs(seed):
     part = _device_part()
     packed = _random_packed(seed)
-    settings = bench_detect.settings(packed)
+    settings = bench_detect.settings(packed, detection.DEFAULT_STRIDES)
     assert settings["levels"] == [[8, 16, 16], [16, 8, 8]]
     host = detection.decode(packed, detection.DEFAULT_STRIDES)
     total = 0
@@ -74,7 +74,7 @@ def test_device_decode_gives_the_hosts_boxes_on_random_outputs(seed):
 
 def test_device_decode_refuses_an_output_of_the_wrong_size():
     part = _device_part()
-    settings = bench_detect.settings(_random_packed(0))
+    settings = bench_detect.settings(_random_packed(0), detection.DEFAULT_STRIDES)
     with pytest.raises(ValueError, match="not \\(5 \\+ 4\\) x 320 cells"):
         part.decode([0.0] * 100, settings)
 
@@ -115,7 +115,7 @@ def test_bench_reports_device_boxes_that_match_the_hosts_decode(cli, detector_bu
     assert manifest["bench_data"]["detect"] == "data/bench_detect.json"
     saved = json.loads((out / "data" / "bench_detect.json").read_text())
     reference = np.load(out / "data" / "bench_reference.npy")
-    assert saved["host_boxes"] == bench_detect.host_boxes(reference)
+    assert saved["host_boxes"] == bench_detect.host_boxes(reference, (8, 16))  # 128 px input
     assert saved["labels"] is not None and any(saved["labels"])
 
     r = cli("bench", out, "--local", "--runs", "2", "--warmup", "0", "--json")
