@@ -17,18 +17,23 @@ def plan(
     path: Path = typer.Argument(..., help="a build folder (--out of `edgesmith build`) or one "
                                           "generated C folder (BUILD/targets/c-int8)"),
     as_json: bool = typer.Option(False, "--json", help="print [{target, folder, arena_bytes, "
-                                                       "plan}] as JSON"),
+                                                       "lower_bound_bytes, tiling, plan}] as "
+                                                       "JSON; tiling (null when untiled): "
+                                                       "grid, halo_px, split, "
+                                                       "arena_untiled_bytes, "
+                                                       "lower_bound_untiled_bytes, "
+                                                       "extra_macs, candidates"),
 ) -> None:
     """Draw each C target's arena plan: every buffer's offset, size and lifetime, then one
-    row per step (as TFLite Micro's PrintMemoryPlan does).
+    row per step (as TFLite Micro's PrintMemoryPlan does). A tiled build (C option
+    `tiling`, or budgets.arena_kb missed untiled) first states its patch grid, split, halo,
+    arena tiled vs the untiled liveness bound, extra MACs and the candidates weighed.
 
     Example: edgesmith plan build/demo
     """
     found = plans(path)
     if as_json:
-        out_console.print_json(json.dumps([
-            {"target": p.name, "folder": str(p.folder), "arena_bytes": p.arena_bytes,
-             "plan": p.text} for p in found]))
+        out_console.print_json(json.dumps([p.summary() for p in found]))
         return
     for p in found:
         out_console.print(f"[bold]{p.name}[/]  {p.folder}", highlight=False)

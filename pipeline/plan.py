@@ -2,7 +2,10 @@
 
 Every generated C folder holds ``plan.txt`` (``targets.planner.render_plan``, after TFLite
 Micro's PrintMemoryPlan): each arena buffer's offset, size and lifetime, and one row per
-step. This finds the plans of a build folder (or of one C folder) for the CLI to print.
+step; and ``plan.json``, the same plan's figures as data (arena, lower bound and, for a
+tiled build, ``tiling``: grid, halo, split, arena untiled and tiled, extra MACs, the
+candidates weighed). This finds the plans of a build folder (or of one C folder) for the
+CLI to print.
 """
 
 from __future__ import annotations
@@ -10,11 +13,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from edgesmith import outdir
 from edgesmith.errors import UsageError
 
 PLAN = "plan.txt"
+FIGURES = "plan.json"
 
 
 @dataclass(frozen=True)
@@ -23,13 +28,31 @@ class TargetPlan:
     folder: Path
     text: str
     arena_bytes: int | None = None
+    figures: dict[str, Any] | None = None  # plan.json (None: a folder generated before it)
+
+    def summary(self) -> dict[str, Any]:
+        """What `edgesmith plan --json` prints for this target."""
+        f = self.figures or {}
+        return {"target": self.name, "folder": str(self.folder),
+                "arena_bytes": self.arena_bytes if self.arena_bytes is not None
+                else f.get("arena_bytes"), "lower_bound_bytes": f.get("lower_bound_bytes"),
+                "tiling": f.get("tiling"), "plan": self.text}
+
+
+def _figures(folder: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads((folder / FIGURES).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def plans(path: Path) -> list[TargetPlan]:
     """The plan of a generated C folder, or of every C target of a build folder."""
     path = Path(path)
     if (path / PLAN).is_file():
-        return [TargetPlan(path.name, path, (path / PLAN).read_text(encoding="utf-8"))]
+        return [TargetPlan(path.name, path, (path / PLAN).read_text(encoding="utf-8"),
+                           figures=_figures(path))]
     outdir.recover(path)  # a publish cut short leaves the last good build where readers look
     manifest = path / "manifest.json"
     if not manifest.is_file():
@@ -45,8 +68,9 @@ def plans(path: Path) -> list[TargetPlan]:
     for t in targets:
         folder = path / t.get("path", "") if t.get("format") == "c" and t.get("path") else None
         if folder is not None and (folder / PLAN).is_file():
+            meta = t.get("meta") or {}
             found.append(TargetPlan(t["name"], folder, (folder / PLAN).read_text(encoding="utf-8"),
-                                    (t.get("meta") or {}).get("arena_bytes")))
+                                    meta.get("arena_bytes"), _figures(folder) or meta))
     if not found:
         raise UsageError("the build has no C target with a memory plan",
                          where=str(manifest),

@@ -10,6 +10,7 @@ for every model), ``bench_main.c`` and a ``Makefile``.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import shutil
@@ -495,115 +496,12 @@ def _parallel_case(st: Any, i: int, w: _Writer, split: Split) -> str:
             "        break;")
 
 
-# -- patch-based execution of the leading conv chain (tiling.py) ------------------------------
-_TILE_COPY = """/* ---- patch-based execution (tiling.py): C planes of a window copied
- *      between a full tensor and a patch buffer, row by row ---- */
-typedef struct {
-    int32_t C, rows, row_bytes;                     /* planes, rows per plane, bytes per row */
-    int32_t src_off, src_row, src_plane;            /* bytes */
-    int32_t dst_off, dst_row, dst_plane;            /* bytes */
-} es_tile_window;
-
-static void es_tile_copy(unsigned char *dst, const unsigned char *src,
-                         const es_tile_window *p) {
-    int32_t c, r;
-    for (c = 0; c < p->C; ++c)
-        for (r = 0; r < p->rows; ++r)
-            es_copy(dst + p->dst_off + (size_t)c * p->dst_plane + (size_t)r * p->dst_row,
-                    src + p->src_off + (size_t)c * p->src_plane + (size_t)r * p->src_row,
-                    (size_t)p->row_bytes);
-}"""
-
-
-def _tile_window(w: _Writer, name: str, fields: dict[str, int]) -> str:
-    """A named es_tile_window block in model.c (the helper is written once, before it)."""
-    if not getattr(w, "tile_helper", False):
-        w.params.append(_TILE_COPY)
-        w.tile_helper = True
-    pname = w.param_name(name, 0)
-    w.params.append(f"static const es_tile_window {pname} = {{\n"
-                    + _wrap([f".{k} = {int(v)}" for k, v in fields.items()], "    ", ",", 92)
-                    + "\n};")
-    return "&" + pname
-
-
-def _tile_copies(st: TiledStep, pa) -> tuple[dict[str, int], dict[str, int]]:
-    """es_tile_window fields of a patch's copy in (input window -> buffer 0) and copy out
-    (last buffer -> its rows and columns of the full output)."""
-    e_in, e_out, n = st.elem[0], st.elem[-1], len(st.layers)
-    (h, wd), (oh, ow) = st.full_hw[0], st.full_hw[-1]
-    r, c = pa.rows[0], pa.cols[0]
-    cin = {"C": st.channels[0], "rows": r.hi - r.lo, "row_bytes": (c.hi - c.lo) * e_in,
-           "src_off": (r.lo * wd + c.lo) * e_in, "src_row": wd * e_in,
-           "src_plane": h * wd * e_in, "dst_off": 0, "dst_row": (c.hi - c.lo) * e_in,
-           "dst_plane": (r.hi - r.lo) * (c.hi - c.lo) * e_in}
-    r, c = pa.rows[n - 1], pa.cols[n - 1]
-    cout = {"C": st.channels[-1], "rows": r.ohi - r.olo, "row_bytes": (c.ohi - c.olo) * e_out,
-            "src_off": 0, "src_row": (c.ohi - c.olo) * e_out,
-            "src_plane": (r.ohi - r.olo) * (c.ohi - c.olo) * e_out,
-            "dst_off": (r.olo * ow + c.olo) * e_out, "dst_row": ow * e_out,
-            "dst_plane": oh * ow * e_out}
-    return cin, cout
-
-
-def _tile_call(st: TiledStep, i: int, k: int, pa, w: _Writer) -> str:
-    """Layer ``k`` of the chain on patch ``pa``: its kernel with the patch buffers and the
-    patch's es_conv_params."""
-    layer = st.layers[k]
-    call = layer.calls[0]
-    bufs = {layer.inputs[0]: k, layer.outputs[0]: k + 1}
-    args = []
-    for a in call.args:
-        if isinstance(a, Ref) and a.name == "__scratch":
-            args.append(f"(void *)(SCRATCH_{i} + {st.kernel_scratch[k][0]})")
-        elif isinstance(a, Ref) and a.name in bufs:
-            j = bufs[a.name]
-            args.append(f"({st.ctypes[j]} *)(SCRATCH_{i} + {st.buffers[j][0]})")
-        elif isinstance(a, dict):
-            pname = w.param_name(f"{layer.name}_p{pa.row}_{pa.col}", i)
-            w.params.append(f"static const {a['__struct__']} {pname} = {{\n"
-                            + _wrap(_fields(pa.params[k]), "    ", ",", 92) + "\n};")
-            args.append("&" + pname)
-        else:
-            args.append(w.arg(a, i, layer.name))
-    return f"{call.fn}(" + f",\n{' ' * (17 + len(call.fn))}".join(args) + ")"
-
-
-def _tile_checks(st: TiledStep, i: int) -> list[str]:
-    """Each layer's planned patch scratch against its kernel's macro on every patch."""
-    lines = []
-    for k, layer in enumerate(st.layers):
-        kern = layer.calls[0].kernel
-        if kern is None or kern.scratch_c is None:
-            continue
-        for j, expr in enumerate(dict.fromkeys(kern.scratch_c(pa.params[k])
-                                               for pa in st.patches)):
-            lines.append(f"ES_STATIC_ASSERT(step{i}_tile{k}_{j}, {st.kernel_scratch[k][1]}u >= "
-                         f"{expr}); /* {_comment(layer.name)} */")
-    return lines
-
-
+# -- patch-based execution of the network's first layers (tiling.py) --------------------------
 def _tiled_case(st: TiledStep, i: int, w: _Writer) -> str:
-    """The chain run patch by patch: copy the window in, run each layer on the patch
-    buffers, copy the patch's rows of the last output out."""
-    body = [f"    case {i}: /* {_comment(st.name)} ({st.op}): {len(st.layers)} layers on "
-            f"{len(st.patches)} patches (tiling.py) */"]
-    for pa in st.patches:
-        cin, cout = _tile_copies(st, pa)
-        r0, c0, r1, c1 = pa.rows[0], pa.cols[0], pa.rows[-1], pa.cols[-1]
-        body.append(f"        /* patch ({pa.row}, {pa.col}): input rows [{r0.lo}, {r0.hi}) x "
-                    f"cols [{c0.lo}, {c0.hi}) -> output rows [{r1.olo}, {r1.ohi}) x cols "
-                    f"[{c1.olo}, {c1.ohi}) */")
-        base = f"{st.layers[0].name}_tile{pa.row}_{pa.col}"
-        body.append(f"        es_tile_copy(SCRATCH_{i} + {st.buffers[0][0]}, "
-                    f"{w.names[st.inputs[0]]}, "
-                    f"{_tile_window(w, base + '_in', cin)});")
-        body += [f"        {_tile_call(st, i, k, pa, w)};" for k in range(len(st.layers))]
-        body.append(f"        es_tile_copy({w.names[st.outputs[0]]}, SCRATCH_{i} + "
-                    f"{st.buffers[-1][0]}, {_tile_window(w, base + '_out', cout)});")
-    w.params.extend(_tile_checks(st, i))
-    body.append("        break;")
-    return "\n".join(body)
+    """A tiled segment's case of es_run_step: tiling_c.py writes it."""
+    from .tiling_c import tiled_case
+
+    return tiled_case(st, i, w)
 
 
 def _model_c(g: Graph, plan: Plan, wl: wts.WeightsLayout, name: str,
@@ -700,6 +598,8 @@ def generate(g: Graph, plan: Plan, out_dir: Path, *, embedded: bool = False, cc:
                                                         threads))
     write_text_atomic(out_dir / "model.c", _model_c(g, plan, wl, name, splits))
     write_text_atomic(out_dir / "plan.txt", render_plan(plan, g))
+    # the same plan's figures (and tiling) as data, for `edgesmith plan --json`
+    write_text_atomic(out_dir / "plan.json", json.dumps(plan.figures(), indent=1) + "\n")
     write_text_atomic(out_dir / "Makefile", _makefile(sources + ["bench_main.c"], cc, cflags,
                                                       ldflags, threads))
     return Generated(out_dir, plan, len(wl.payload), file_bytes, sources + ["bench_main.c"])

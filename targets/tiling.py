@@ -1,26 +1,30 @@
-"""Patch-based (tiled) execution of a network's first convolutions, after MCUNetV2.
+"""Patch-based (tiled) execution of a network's first layers, after MCUNetV2.
 
 The early high-resolution layers of a CNN hold the largest activations, and the
 tensor-level plan (``planner.plan``) can go no lower than the bytes live at its worst
-step. Running a chain of the first convolutions on spatial patches instead, each patch
-with the halo its receptive field needs, keeps only one patch of each intermediate tensor
-alive; the chain's input and its full-size output stay in the arena and later layers run
+step. Running a segment of the first layers on spatial patches instead, each patch with
+the halo its receptive field needs, keeps only one patch of each intermediate tensor
+alive; the segment's input and its full-size output stay in the arena and later layers run
 per layer as before. The price is recomputed halo pixels: extra MACs, reported.
 
-The pass works on a lowered graph: it finds the chain (one-call steps whose kernel takes
-es_conv_params, each reading only the previous one's output: conv, depthwise and their
-fused Relu/Clip, fp32 or int8), computes every patch's window through it (kernel, stride,
-padding, dilation), plans the per-patch buffers with the planner's own placement, and
-replaces the chain by one ``TiledStep``. Each patch copies its input window into a patch
-buffer and runs the unchanged kernels on it with the patch's geometry: the window holds
-real pixels only, and a border patch keeps the layer's padding on the sides it shares
-with the image (PT/PL, and the kernel's implied bottom/right padding), so the result is
-the untiled one.
+The segment is a run of steps in graph order, closed (nothing outside reads a tensor it
+makes, but its last output): convolutions (one-call steps whose kernel takes
+es_conv_params: conv, depthwise and their fused Relu/Clip, fp32 or int8) and the
+element-wise steps that keep the window (the input's QuantizeLinear, residual Add). So an
+inverted-residual block runs inside a patch: the block input's patch is live until the Add.
+Every tensor gets, per patch, the window its readers need (their union); a conv reads
+exactly its input's window, and an Add whose skip input holds a wider window (the conv
+branch needed the halo) has the skip's rows copied into its output buffer first, then adds
+in place. A border patch keeps the layer's padding on the sides it shares with the image
+(PT/PL, and the kernel's implied bottom/right padding), so the result is the untiled one.
+Quantizing inside the segment moves the int8 peak too: the int8 copy of the input never
+exists whole.
 
-Which chain and grid: forced by the C target's ``tiling: {patches: N, split: S}``, or,
-with ``tiling: auto`` or an arena budget the untiled plan misses, the candidate (chain
-length x grid 2x2..4x4) that fits the budget with the fewest extra MACs, else the
-smallest arena. A candidate that does not lower the arena is not taken.
+Which segment and grid: forced by the C target's ``tiling: {patches: N, split: S}``, or,
+with ``tiling: auto`` or an arena budget the untiled plan misses, a search over every
+closed segment end x grid 2x2..8x8: with a budget, the candidate that fits with the fewest
+extra MACs; with none, the smallest arena within AUTO_EXTRA of the model's MACs. A
+candidate that does not lower the arena is not taken. The C code is tiling_c.py's.
 """
 
 from __future__ import annotations
@@ -39,14 +43,18 @@ from .planner import plan as make_plan
 CONV_KERNELS = frozenset({
     "es_conv2d_f32", "es_conv2d_f32_gemm", "es_dwconv2d_f32", "es_conv2d_i8",
     "es_conv2d_i8_fast", "es_conv2d_i8_gemm", "es_conv2d_i8_dot", "es_conv2d_i8_cl",
-    "es_dwconv2d_i8_hwc", "es_conv2d_i8_mcu"})
-GRIDS = (2, 3, 4)
+    "es_dwconv2d_i8_hwc", "es_conv2d_i8_mcu", "es_dwconv2d_i8_mcu"})
+# element-wise kernels a patch can run: the argument holding the element count
+ELTWISE_COUNT = {"es_quantize_f32_i8": 2, "es_add_i8": 3, "es_binary_f32": 4}
+ADDS = frozenset({"es_add_i8", "es_binary_f32"})
+GRIDS = tuple(range(2, 9))
+AUTO_EXTRA = 0.15  # auto (no budget): extra MACs allowed, as a share of the model's
 SLACK = 64  # readable bytes after each patch buffer (quad planes, vector overreads)
 
 
 class TilingForce(BaseModel):
-    """``tiling: {patches: N, split: S}``: an N x N grid over the chain that ends at step S
-    (its ONNX node name, or its index in the per-layer plan `edgesmith plan` draws)."""
+    """``tiling: {patches: N, split: S}``: an N x N grid over the segment that ends at step
+    S (its ONNX node name, or its index in the per-layer plan `edgesmith plan` draws)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -55,45 +63,40 @@ class TilingForce(BaseModel):
 
 
 TilingOption = Literal["off", "auto"] | TilingForce | None
-
-
-@dataclass(frozen=True)
-class Window:
-    """One axis of one layer on one patch: the input rows it reads [lo, hi), the output
-    rows it writes [olo, ohi), and the padding it keeps before the window."""
-
-    lo: int
-    hi: int
-    olo: int
-    ohi: int
-    pad: int
+Win = tuple[int, int, int, int]  # rows [r0, r1) x cols [c0, c1) of one tensor on one patch
 
 
 @dataclass
 class Patch:
     row: int
     col: int
-    params: list[dict]  # es_conv_params of each layer on this patch
-    rows: list[Window]
-    cols: list[Window]
+    win: list[Win]  # each tensor's window (TiledStep.tensors order)
+    params: list[dict | None]  # each layer's es_conv_params on this patch (None: eltwise)
+    counts: list[int]  # each element-wise layer's element count on this patch (0: conv)
+    # an Add whose input ``j`` holds a wider window: (j, window it reads), else None
+    sub: list[tuple[int, Win] | None]
 
 
 @dataclass
 class TiledStep(Step):
-    """The chain run patch by patch: one step for the planner and the hooks; codegen
-    writes its patches (codegen._tiled_case)."""
+    """The segment run patch by patch: one step for the planner and the hooks;
+    tiling_c.tiled_case writes its patches."""
 
-    layers: list[Step] = field(default_factory=list)  # the chain's steps, per layer
+    layers: list[Step] = field(default_factory=list)  # the segment's steps
+    tensors: list[str] = field(default_factory=list)  # its input, then each layer's output
     patches: list[Patch] = field(default_factory=list)
-    buffers: list[tuple[int, int]] = field(default_factory=list)  # (offset, bytes) per buf
+    buffers: list[tuple[int, int]] = field(default_factory=list)  # (offset, bytes) per tensor
     kernel_scratch: list[tuple[int, int]] = field(default_factory=list)  # per layer
-    elem: list[int] = field(default_factory=list)  # element bytes of each buffer
-    channels: list[int] = field(default_factory=list)  # channels of each buffer
-    ctypes: list[str] = field(default_factory=list)  # C element type of each buffer
+    elem: list[int] = field(default_factory=list)  # element bytes of each tensor
+    channels: list[int] = field(default_factory=list)
+    ctypes: list[str] = field(default_factory=list)
     full_hw: list[tuple[int, int]] = field(default_factory=list)  # (H, W) of each tensor
+    # the first layer quantizes the input: it runs as the copy-in, row by row from the
+    # full float input, so no float window is ever copied (buffer 0 is empty)
+    quantize_in: bool = False
 
 
-# -- the chain -------------------------------------------------------------------------------
+# -- the steps a patch can run ----------------------------------------------------------------
 def _conv_params(st: Step) -> dict | None:
     if len(st.calls) != 1 or st.calls[0].fn not in CONV_KERNELS:
         return None
@@ -106,63 +109,139 @@ def _conv_params(st: Step) -> dict | None:
     return p
 
 
-def find_chain(g: Graph) -> tuple[int, list[Step]]:
-    """(index of the first step, the steps) of the longest conv chain at the start: the
-    first conv step, then every next step that is a conv reading only the one before,
-    whose output nothing else reads. Quad planes may pass inside the chain, not across
-    its ends (its input and output stay CHW)."""
-    readers: dict[str, int] = {}
-    for st in g.steps:
-        for t in st.inputs:
-            readers[t] = readers.get(t, 0) + 1
-    start = next((i for i, st in enumerate(g.steps) if _conv_params(st) is not None), None)
-    if start is None or _conv_params(g.steps[start]).get("x_quads"):
-        return 0, []
-    chain = [g.steps[start]]
-    for st in g.steps[start + 1:]:
-        prev = chain[-1]
+def _eltwise(g: Graph, st: Step) -> bool:
+    """A one-call element-wise step over same-shaped tensors (no broadcast)."""
+    if len(st.calls) != 1 or st.calls[0].fn not in ELTWISE_COUNT or len(st.outputs) != 1:
+        return False
+    c = st.calls[0]
+    shape = g.tensors[st.outputs[0]].shape
+    if any(isinstance(a, Ref) and a.offset for a in c.args) or len(set(st.inputs)) != len(
+            st.inputs) or any(g.tensors[t].shape != shape for t in st.inputs):
+        return False
+    if c.fn == "es_binary_f32":
+        b = c.args[4]
+        return (c.args[3] == "ES_B_ADD" and isinstance(b, dict) and b.get("ndim") == 1
+                and b["sa"][0] == 1 and b["sb"][0] == 1)
+    return c.fn in ADDS or len(st.inputs) == 1
+
+
+def _is_4d(g: Graph, t: str) -> bool:
+    s = g.tensors[t].shape
+    return len(s) == 4 and s[0] == 1
+
+
+def find_segment(g: Graph) -> tuple[int, list[Step], list[int]]:
+    """(index of the first step, the steps that could run per patch, the lengths at which
+    the segment is closed). It starts at the first conv (or the QuantizeLinear of the input
+    right before it) and runs while each step is a conv or a same-shape element-wise step
+    reading only the segment's input or tensors it made."""
+    first = next((i for i, st in enumerate(g.steps) if _conv_params(st) is not None), None)
+    if first is None or _conv_params(g.steps[first]).get("x_quads"):
+        return 0, [], []
+    start = first
+    prev = g.steps[first - 1] if first else None
+    if (prev is not None and _eltwise(g, prev) and len(prev.inputs) == 1
+            and prev.outputs[0] == g.steps[first].inputs[0] and prev.inputs[0] in g.inputs):
+        start = first - 1
+    seg_in = g.steps[start].inputs[0]
+    if not _is_4d(g, seg_in):
+        return 0, [], []
+    made: set[str] = set()
+    writes_quads: set[str] = set()
+    seg: list[Step] = []
+    for st in g.steps[start:]:
         p = _conv_params(st)
-        out = prev.outputs[0]
-        if (p is None or st.inputs[0] != out or readers.get(out) != 1
-                or g.tensors[out].kind != "act"):
+        if p is None and not _eltwise(g, st):
             break
-        chain.append(st)
-    while chain and _conv_params(chain[-1]).get("y_quads"):
-        chain.pop()  # the last output is written into the full tensor as CHW
-    return start, chain
+        if any(t != seg_in and t not in made for t in st.inputs) or not _is_4d(g, st.outputs[0]):
+            break
+        if p is None and any(t in writes_quads for t in st.inputs):
+            break  # element-wise steps read plain CHW
+        if p is not None and p.get("x_quads") and st.inputs[0] not in writes_quads:
+            break
+        seg.append(st)
+        made.add(st.outputs[0])
+        if p is not None and p.get("y_quads"):
+            writes_quads.add(st.outputs[0])
+    readers: dict[str, int] = {}
+    for i, st in enumerate(g.steps):
+        for t in st.inputs:
+            readers[t] = max(readers.get(t, -1), i)
+    ends = []
+    for k, st in enumerate(seg):
+        inner = [s.outputs[0] for s in seg[:k]]
+        out = st.outputs[0]
+        if (all(readers.get(t, -1) <= start + k and t not in g.outputs for t in inner)
+                and all(g.tensors[t].kind == "act" for t in (*inner, out))
+                and out not in writes_quads and seg_in not in inner):
+            ends.append(k + 1)
+    return start, seg, ends
 
 
 # -- geometry --------------------------------------------------------------------------------
-def _back(olo: int, ohi: int, n_in: int, s: int, pad: int, k: int, d: int) -> Window:
-    """The input rows output rows [olo, ohi) read, clipped to the tensor: what is cut off
-    is the layer's padding, which the kernel makes itself."""
+def _back(olo: int, ohi: int, n_in: int, s: int, pad: int, k: int, d: int) -> tuple[int, int, int]:
+    """(lo, hi, pad): the input rows output rows [olo, ohi) read, clipped to the tensor;
+    what is cut off is the layer's padding, which the kernel makes itself."""
     lo, hi = olo * s - pad, (ohi - 1) * s - pad + (k - 1) * d + 1
     clo, chi = max(lo, 0), min(hi, n_in)
-    return Window(clo, chi, olo, ohi, clo - lo)
+    return clo, chi, clo - lo
 
 
 def _split(n: int, parts: int) -> list[tuple[int, int]]:
     return [(n * i // parts, n * (i + 1) // parts) for i in range(parts)]
 
 
-def patch_windows(ps: list[dict], grid: int) -> list[Patch]:
-    """Every patch's windows and per-layer params, from the last layer's output grid back
-    to the chain's input."""
-    last = ps[-1]
+def _union(a: Win | None, b: Win) -> Win:
+    return b if a is None else (min(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]),
+                                max(a[3], b[3]))
+
+
+def _one_patch(g: Graph, seg: list[Step], tens: list[str], r: int, c: int,
+               cell: Win) -> Patch | None:
+    """One patch's windows, from the segment's output cell back to its input; None when a
+    conv would have to read part of its input's window (the segment is not tileable so)."""
+    idx = {t: j for j, t in enumerate(tens)}
+    win: dict[str, Win] = {tens[-1]: cell}
+    needs: list[list[Win]] = [[] for _ in seg]
+    params: list[dict | None] = [None] * len(seg)
+    counts = [0] * len(seg)
+    for k in reversed(range(len(seg))):
+        st = seg[k]
+        w = win[st.outputs[0]]
+        p = _conv_params(st)
+        if p is not None:
+            r0, r1, pt = _back(w[0], w[1], p["H"], p["SH"], p["PT"], p["KH"], p["DH"])
+            c0, c1, pl = _back(w[2], w[3], p["W"], p["SW"], p["PL"], p["KW"], p["DW"])
+            params[k] = {**p, "H": r1 - r0, "W": c1 - c0, "OH": w[1] - w[0],
+                         "OW": w[3] - w[2], "PT": pt, "PL": pl}
+            needs[k] = [(r0, r1, c0, c1)]
+        else:
+            needs[k] = [w] * len(st.inputs)
+            counts[k] = g.tensors[st.outputs[0]].shape[1] * (w[1] - w[0]) * (w[3] - w[2])
+        for t, need in zip(st.inputs, needs[k], strict=True):
+            win[t] = _union(win.get(t), need)
+    sub: list[tuple[int, Win] | None] = [None] * len(seg)
+    for k, st in enumerate(seg):
+        wider = [j for j, t in enumerate(st.inputs) if win[t] != needs[k][j]]
+        if not wider:
+            continue
+        if st.calls[0].fn not in ADDS or len(wider) != 1:
+            return None
+        sub[k] = (wider[0], needs[k][wider[0]])
+    return Patch(r, c, [win[t] for t in tens], params, counts, sub) if len(win) == len(
+        idx) else None
+
+
+def patch_windows(g: Graph, seg: list[Step], grid: int) -> list[Patch] | None:
+    tens = [seg[0].inputs[0]] + [st.outputs[0] for st in seg]
+    _, _, oh, ow = g.tensors[tens[-1]].shape
     out = []
-    for r, (r0, r1) in enumerate(_split(last["OH"], grid)):
-        for c, (c0, c1) in enumerate(_split(last["OW"], grid)):
-            rows, cols, params = [], [], []
-            a0, a1, b0, b1 = r0, r1, c0, c1  # output rows, cols of the layer below
-            for p in reversed(ps):
-                wr = _back(a0, a1, p["H"], p["SH"], p["PT"], p["KH"], p["DH"])
-                wc = _back(b0, b1, p["W"], p["SW"], p["PL"], p["KW"], p["DW"])
-                rows.insert(0, wr)
-                cols.insert(0, wc)
-                params.insert(0, {**p, "H": wr.hi - wr.lo, "W": wc.hi - wc.lo, "OH": a1 - a0,
-                                  "OW": b1 - b0, "PT": wr.pad, "PL": wc.pad})
-                a0, a1, b0, b1 = wr.lo, wr.hi, wc.lo, wc.hi
-            out.append(Patch(r, c, params, rows, cols))
+    for r, (r0, r1) in enumerate(_split(oh, grid)):
+        for c, (c0, c1) in enumerate(_split(ow, grid)):
+            pa = _one_patch(g, seg, tens, r, c, (r0, r1, c0, c1))
+            if pa is None:
+                return None
+            out.append(pa)
     return out
 
 
@@ -171,8 +250,8 @@ def macs(p: dict) -> int:
 
 
 def halo(ps: list[dict]) -> int:
-    """Input rows two neighbouring patches both read: the chain's receptive field less its
-    stride."""
+    """Input rows two neighbouring patches both read: the receptive field of the segment's
+    convs (its main path: a residual skip adds none) less their stride."""
     rf, jump = 1, 1
     for p in ps:
         rf += (p["KH"] - 1) * p["DH"] * jump
@@ -181,55 +260,67 @@ def halo(ps: list[dict]) -> int:
 
 
 # -- one candidate -----------------------------------------------------------------------------
-def _buffer_bytes(g: Graph, chain: list[Step], patches: list[Patch]) -> list[int]:
-    """Bytes of each patch buffer (the input window, then each layer's output), the most
-    any patch needs, plus SLACK."""
-    tens = [chain[0].inputs[0]] + [st.outputs[0] for st in chain]
+def _intervals(g: Graph, seg: list[Step], tens: list[str], patches: list[Patch],
+               alignment: int) -> tuple[list[int], list[int], list[Interval]]:
+    """(bytes of each tensor's patch buffer, each layer's kernel scratch, the intervals):
+    copy-in is position 0, layer k is k + 1, copy-out n + 1."""
+    n = len(seg)
     sizes = []
     for j, t in enumerate(tens):
         tt = g.tensors[t]
         elem = tt.nbytes // max(tt.size, 1)
-        k = max(j - 1, 0)  # buffer j is layer j-1's output (j >= 1) or layer 0's input
-        most = max((pa.rows[k].ohi - pa.rows[k].olo) * (pa.cols[k].ohi - pa.cols[k].olo)
-                   if j else (pa.rows[0].hi - pa.rows[0].lo) * (pa.cols[0].hi - pa.cols[0].lo)
-                   for pa in patches)
-        sizes.append(tt.shape[1] * most * elem + SLACK)
-    return sizes
-
-
-def build_tiled(g: Graph, start: int, chain: list[Step], grid: int,
-                alignment: int) -> tuple[Graph, TiledStep]:
-    """``g`` with ``chain`` (steps ``start``...) replaced by one TiledStep on a grid x grid
-    patch grid; the chain's intermediate tensors leave the arena for patch buffers."""
-    ps = [st.calls[0].args[-1] for st in chain]
-    patches = patch_windows(ps, grid)
-    sizes = _buffer_bytes(g, chain, patches)
-    ivs = [Interval(f"buf{j}", j, j + 1, align(s, alignment)) for j, s in enumerate(sizes)]
+        area = max((w[1] - w[0]) * (w[3] - w[2]) for w in (pa.win[j] for pa in patches))
+        sizes.append(tt.shape[1] * area * elem + SLACK)
+    if _quantize_in(seg):
+        sizes[0] = 0
+    last = {t: n + 1 if j == n else j for j, t in enumerate(tens)}
+    for k, st in enumerate(seg):
+        for t in st.inputs:
+            last[t] = max(last[t], k + 1)
+    ivs = [Interval(f"buf{j}", j, last[t], align(s, alignment))
+           for j, (t, s) in enumerate(zip(tens, sizes, strict=True)) if s]
     scratch = []
-    for k, st in enumerate(chain):
+    for k, st in enumerate(seg):
         kern = st.calls[0].kernel
         need = max((kern.scratch(pa.params[k]) for pa in patches), default=0) \
-            if kern is not None and kern.scratch is not None else 0
+            if kern is not None and kern.scratch is not None and patches[0].params[k] else 0
         scratch.append(need)
         if need:
             ivs.append(Interval(f"scratch{k}", k + 1, k + 1, align(need, alignment)))
+    return sizes, scratch, ivs
+
+
+def _quantize_in(seg: list[Step]) -> bool:
+    return seg[0].calls[0].fn == "es_quantize_f32_i8"
+
+
+def build_tiled(g: Graph, start: int, seg: list[Step], grid: int,
+                alignment: int) -> tuple[Graph, TiledStep] | None:
+    """``g`` with ``seg`` (steps ``start``...) replaced by one TiledStep on a grid x grid
+    patch grid; the segment's inner tensors leave the arena for patch buffers. None when
+    the segment cannot run on that grid."""
+    patches = patch_windows(g, seg, grid)
+    if patches is None:
+        return None
+    tens = [seg[0].inputs[0]] + [st.outputs[0] for st in seg]
+    sizes, scratch, ivs = _intervals(g, seg, tens, patches, alignment)
     offsets, total, _ = place(ivs)
-    tens = [chain[0].inputs[0]] + [st.outputs[0] for st in chain]
     tiled = TiledStep(
-        name=f"{chain[0].name}..{chain[-1].name}" if len(chain) > 1 else chain[0].name,
+        name=f"{seg[0].name}..{seg[-1].name}" if len(seg) > 1 else seg[0].name,
         op=f"Tiled{grid}x{grid}", inputs=[tens[0]], outputs=[tens[-1]],
         # the layers' kernels, for the sources codegen copies; kernel=None: the patch
-        # scratch is checked per patch (codegen._tile_checks), not against the full size
-        calls=[Call(st.calls[0].fn, st.calls[0].args) for st in chain],
-        scratch=total, layers=list(chain), patches=patches,
-        buffers=[(offsets[f"buf{j}"], s) for j, s in enumerate(sizes)],
+        # scratch is checked per patch (tiling_c), not against the full size
+        calls=[Call(st.calls[0].fn, st.calls[0].args) for st in seg],
+        scratch=total, layers=list(seg), tensors=tens, patches=patches,
+        buffers=[(offsets.get(f"buf{j}", 0), s) for j, s in enumerate(sizes)],
+        quantize_in=_quantize_in(seg),
         kernel_scratch=[(offsets.get(f"scratch{k}", 0), s) for k, s in enumerate(scratch)],
         elem=[g.tensors[t].nbytes // max(g.tensors[t].size, 1) for t in tens],
         channels=[g.tensors[t].shape[1] for t in tens],
         ctypes=[g.tensors[t].ctype for t in tens],
         full_hw=[tuple(g.tensors[t].shape[2:4]) for t in tens])
     tensors = {k: v for k, v in g.tensors.items() if k not in tens[1:-1]}
-    steps = g.steps[:start] + [tiled] + g.steps[start + len(chain):]
+    steps = g.steps[:start] + [tiled] + g.steps[start + len(seg):]
     return replace(g, tensors=tensors, steps=steps), tiled
 
 
@@ -242,29 +333,63 @@ class Candidate:
     plan: Plan
     extra_macs: int
 
+    def figures(self, model_macs: int) -> dict[str, Any]:
+        return {"split": self.step.layers[-1].name, "layers": self.layers,
+                "patches": f"{self.grid}x{self.grid}", "arena_bytes": self.plan.arena_bytes,
+                "extra_macs": self.extra_macs,
+                "extra_macs_pct": round(100.0 * self.extra_macs / model_macs, 2)
+                if model_macs else 0.0}
 
-def _candidate(g: Graph, start: int, chain: list[Step], grid: int,
-               alignment: int) -> Candidate:
-    g2, st = build_tiled(g, start, chain, grid, alignment)
-    extra = sum(macs(p) for pa in st.patches for p in pa.params) - sum(
-        macs(s.calls[0].args[-1]) for s in chain)
-    return Candidate(len(chain), grid, g2, st, make_plan(g2, alignment=alignment), extra)
+
+def _candidate(g: Graph, start: int, seg: list[Step], grid: int,
+               alignment: int) -> Candidate | None:
+    built = build_tiled(g, start, seg, grid, alignment)
+    if built is None:
+        return None
+    g2, st = built
+    extra = sum(macs(p) for pa in st.patches for p in pa.params if p is not None) - sum(
+        macs(p) for s in seg if (p := _conv_params(s)) is not None)
+    return Candidate(len(seg), grid, g2, st, make_plan(g2, alignment=alignment), extra)
 
 
-def _resolve_split(g: Graph, start: int, chain: list[Step], split: int | str) -> int:
-    """Layers of the chain up to the forced split (a node name or a step index)."""
-    for k, st in enumerate(chain):
-        if split == st.name or split == start + k:
-            return k + 1
-    names = ", ".join(f"{start + k} ({st.name})" for k, st in enumerate(chain)) or "none"
+def _resolve_split(start: int, seg: list[Step], ends: list[int], split: int | str) -> int:
+    """Length of the segment up to the forced split (a node name or a step index)."""
+    for k in ends:
+        if split == seg[k - 1].name or split == start + k - 1:
+            return k
+    names = ", ".join(f"{start + k - 1} ({seg[k - 1].name})" for k in ends) or "none"
     raise UsageError(
-        f"tiling split {split!r} is not a step of the network's leading conv chain",
+        f"tiling split {split!r} is not a step where the network's leading segment of "
+        "convs, residual adds and the input's quantize can end",
         where="options.tiling.split",
-        fix=f"name one of the steps that can be tiled: {names}; `edgesmith plan` lists them")
+        fix=f"name one of the steps that can end a tiled segment: {names}; `edgesmith plan` "
+            "lists them")
 
 
 def model_macs(g: Graph) -> int:
     return sum(macs(p) for st in g.steps if (p := _conv_params(st)) is not None)
+
+
+def candidates(g: Graph, start: int, seg: list[Step], ends: list[int],
+               alignment: int) -> list[Candidate]:
+    """Every closed segment end x grid (at least two output rows and columns a patch)."""
+    out = []
+    for k in ends:
+        _, _, oh, ow = g.tensors[seg[k - 1].outputs[0]].shape
+        for n in GRIDS:
+            if 2 * n <= min(oh, ow) and (c := _candidate(g, start, seg[:k], n, alignment)):
+                out.append(c)
+    return out
+
+
+def pareto(cands: list[Candidate]) -> list[Candidate]:
+    """The candidates no other beats on both arena and extra MACs, by arena."""
+    front, best = [], None
+    for c in sorted(cands, key=lambda c: (c.plan.arena_bytes, c.extra_macs)):
+        if best is None or c.extra_macs < best:
+            front.append(c)
+            best = c.extra_macs
+    return front
 
 
 # -- the pass ----------------------------------------------------------------------------------
@@ -275,46 +400,72 @@ def apply(g: Graph, p: Plan, option: TilingOption = None, budget_bytes: int | No
     if option == "off" or (option is None and (budget_bytes is None
                                                 or p.arena_bytes <= budget_bytes)):
         return g, p
-    start, chain = find_chain(g)
+    start, seg, ends = find_segment(g)
     if isinstance(option, TilingForce):
-        k = _resolve_split(g, start, chain, option.split)
-        last = chain[k - 1].calls[0].args[-1]
-        if option.patches > min(last["OH"], last["OW"]):
+        k = _resolve_split(start, seg, ends, option.split)
+        _, _, oh, ow = g.tensors[seg[k - 1].outputs[0]].shape
+        best = _candidate(g, start, seg[:k], option.patches, alignment) \
+            if option.patches <= min(oh, ow) else None
+        if best is None:
             raise UsageError(
-                f"tiling patches {option.patches} exceeds the split's output "
-                f"{last['OH']}x{last['OW']}", where="options.tiling.patches",
-                fix="pick fewer patches or an earlier split")
-        best = _candidate(g, start, chain[:k], option.patches, alignment)
-        return _finish(g, p, best, budget_bytes, "forced")
-    cands = [_candidate(g, start, chain[:k], n, alignment)
-             for k in range(1, len(chain) + 1) for n in GRIDS
-             if n <= min(chain[k - 1].calls[0].args[-1]["OH"],
-                         chain[k - 1].calls[0].args[-1]["OW"])]
-    cands = [c for c in cands if c.plan.arena_bytes < p.arena_bytes]
+                f"tiling patches {option.patches} do not fit the split's output {oh}x{ow}",
+                where="options.tiling.patches", fix="pick fewer patches or an earlier split")
+        return _finish(g, p, best, budget_bytes, "forced", [best])
+    cands = [c for c in candidates(g, start, seg, ends, alignment)
+             if c.plan.arena_bytes < p.arena_bytes]
     if not cands:
-        p.tiling = {"applied": False, "reason": "no patch grid over the leading conv chain "
-                    "lowers the arena" if chain else "the network starts with no conv chain",
-                    "arena_untiled_bytes": p.arena_bytes}
+        p.tiling = {"applied": False, "reason": "no patch grid over the leading segment "
+                    "lowers the arena" if seg else "the network starts with no conv",
+                    "arena_untiled_bytes": p.arena_bytes,
+                    "lower_bound_untiled_bytes": p.lower_bound_bytes,
+                    "budget_bytes": budget_bytes}
         return g, p
-    fits = [c for c in cands if budget_bytes is not None and c.plan.arena_bytes <= budget_bytes]
-    best = (min(fits, key=lambda c: (c.extra_macs, c.plan.arena_bytes)) if fits else
-            min(cands, key=lambda c: (c.plan.arena_bytes, c.extra_macs)))
-    return _finish(g, p, best, budget_bytes, "budget" if budget_bytes is not None else "auto")
+    return _finish(g, p, choose(cands, budget_bytes, model_macs(g)), budget_bytes,
+                   "budget" if budget_bytes is not None else "auto", cands)
 
 
-def _finish(g: Graph, p: Plan, c: Candidate, budget: int | None, why: str) -> tuple[Graph, Plan]:
-    ps = [s.calls[0].args[-1] for s in c.step.layers]
-    chain_macs = sum(macs(q) for q in ps)
+def choose(cands: list[Candidate], budget: int | None, total_macs: int) -> Candidate:
+    """With a budget: the fewest extra MACs that fit it, else the smallest arena. Without:
+    the smallest arena within AUTO_EXTRA extra MACs, else the fewest extra MACs."""
+    if budget is not None:
+        fits = [c for c in cands if c.plan.arena_bytes <= budget]
+        return (min(fits, key=lambda c: (c.extra_macs, c.plan.arena_bytes)) if fits else
+                min(cands, key=lambda c: (c.plan.arena_bytes, c.extra_macs)))
+    cheap = [c for c in cands if c.extra_macs <= AUTO_EXTRA * total_macs]
+    return (min(cheap, key=lambda c: (c.plan.arena_bytes, c.extra_macs)) if cheap else
+            min(cands, key=lambda c: (c.extra_macs, c.plan.arena_bytes)))
+
+
+def _finish(g: Graph, p: Plan, c: Candidate, budget: int | None, why: str,
+            cands: list[Candidate]) -> tuple[Graph, Plan]:
+    ps = [q for q in (_conv_params(s) for s in c.step.layers) if q is not None]
     total = model_macs(g)
     c.plan.tiling = {
         "applied": True, "chosen_by": why, "first_step": c.step.layers[0].name,
-        "split": c.step.layers[-1].name, "layers": c.layers, "patches": f"{c.grid}x{c.grid}",
+        "grid": [c.grid, c.grid],
         "halo_px": halo(ps), "arena_untiled_bytes": p.arena_bytes,
-        "lower_bound_untiled_bytes": p.lower_bound_bytes, "arena_bytes": c.plan.arena_bytes,
+        "lower_bound_untiled_bytes": p.lower_bound_bytes,
+        "ratio_to_lower_bound": round(c.plan.arena_bytes / p.lower_bound_bytes, 4)
+        if p.lower_bound_bytes else None,
         "patch_buffers_bytes": c.step.scratch, "budget_bytes": budget,
-        "chain_macs": chain_macs, "extra_macs": c.extra_macs, "model_macs": total,
-        "extra_macs_pct": round(100.0 * c.extra_macs / total, 2) if total else 0.0}
+        "chain_macs": sum(macs(q) for q in ps), "model_macs": total,
+        **c.figures(total),
+        "candidates": [x.figures(total) for x in pareto(cands)]}
     return c.graph, c.plan
+
+
+def budget_note(t: dict[str, Any] | None) -> str:
+    """What tiling could do, for the message of an arena budget miss ("" when untried)."""
+    if not t:
+        return ""
+    bound = f"tensor-level lower bound {t['lower_bound_untiled_bytes']} B"
+    if not t.get("applied"):
+        return f" (tiling cannot lower it: {t['reason']}; untiled {t['arena_untiled_bytes']} " \
+               f"B, {bound})"
+    return (f" (tiled {t['patches']} over {t['layers']} layers to {t['split']}: "
+            f"{t['arena_bytes']} B, the smallest arena of every split x grid tried; untiled "
+            f"{t['arena_untiled_bytes']} B, {bound}; "
+            "a smaller arena needs a smaller input or a narrower network)")
 
 
 def render(t: dict[str, Any] | None) -> str:
@@ -323,15 +474,17 @@ def render(t: dict[str, Any] | None) -> str:
         return ""
     if not t.get("applied"):
         return f"tiling: not applied ({t['reason']})\n"
-    return (f"tiling: {t['patches']} patches over {t['layers']} layers, {t['first_step']} .. "
-            f"{t['split']} (split after {t['split']}), halo {t['halo_px']} px; arena "
-            f"{t['arena_untiled_bytes']} B untiled -> {t['arena_bytes']} B tiled (untiled "
-            f"liveness lower bound {t['lower_bound_untiled_bytes']} B); extra MACs "
-            f"{t['extra_macs']} ({t['extra_macs_pct']} % of the model's conv MACs "
-            f"{t['model_macs']}); chosen: {t['chosen_by']}\n")
-
-
-def call_args(st: TiledStep, k: int) -> Call:
-    """Layer ``k``'s call as lowered (its Refs name the full tensors; codegen redirects
-    them to the patch buffers)."""
-    return st.layers[k].calls[0]
+    lines = [f"tiling: {t['patches']} patches over {t['layers']} layers, {t['first_step']} .. "
+             f"{t['split']} (split after {t['split']}), halo {t['halo_px']} px; arena "
+             f"{t['arena_untiled_bytes']} B untiled -> {t['arena_bytes']} B tiled "
+             f"({t['ratio_to_lower_bound']}x the untiled liveness lower bound "
+             f"{t['lower_bound_untiled_bytes']} B); extra MACs {t['extra_macs']} "
+             f"({t['extra_macs_pct']} % of the model's conv MACs {t['model_macs']}); "
+             f"chosen: {t['chosen_by']}"]
+    if len(t.get("candidates", [])) > 1:
+        lines.append("tiling candidates (no other has both less arena and fewer extra MACs):")
+        lines.append("  patches  layers      arena B   extra MACs  extra %  split")
+        lines += [f"  {c['patches']:>7}  {c['layers']:>6}  {c['arena_bytes']:>11}  "
+                  f"{c['extra_macs']:>11}  {c['extra_macs_pct']:>7}  {c['split']}"
+                  for c in t["candidates"]]
+    return "\n".join(lines) + "\n"

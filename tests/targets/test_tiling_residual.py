@@ -1,0 +1,201 @@
+"""Patch-based execution through inverted-residual blocks (targets/tiling.py): the segment
+carries the input's QuantizeLinear and residual Adds (the skip's patch is live until the
+Add), and the tiled C model gives the untiled one's output (int8 bit for bit, fp32 within
+1e-5) through the real compiler, on a MobileNetV2-style net at odd sizes; the arena the
+plan reports is the generated arena."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgesmith.targets import codegen, run
+from edgesmith.targets.ir import lower
+from edgesmith.targets.planner import plan
+from edgesmith.targets.tiling import TiledStep, TilingForce, apply
+from tests.targets._helpers import _qdq, export
+
+H, W = 45, 39
+ADD1, ADD2 = "/b3/Add", "/b4/Add"
+
+
+def _mbv2_style():
+    """stem 3x3 s2 -> IR(t=1) -> IR(t=6, s2) -> IR(t=6) + skip -> IR(t=6) + skip -> head:
+    MobileNetV2's first stages and widths, BN with moved statistics."""
+    import torch
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+
+    def cbr(i, o, k=3, s=1, g=1):
+        return [nn.Conv2d(i, o, k, s, k // 2, groups=g, bias=False), nn.BatchNorm2d(o),
+                nn.ReLU6()]
+
+    class IR(nn.Module):
+        def __init__(self, cin, cout, s, t):
+            super().__init__()
+            hid = cin * t
+            layers = (cbr(cin, hid, 1) if t != 1 else []) + cbr(hid, hid, 3, s, hid)
+            self.conv = nn.Sequential(*layers, nn.Conv2d(hid, cout, 1, bias=False),
+                                      nn.BatchNorm2d(cout))
+            self.res = s == 1 and cin == cout
+
+        def forward(self, x):
+            return x + self.conv(x) if self.res else self.conv(x)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Sequential(*cbr(3, 32, 3, 2))
+            self.b1, self.b2 = IR(32, 16, 1, 1), IR(16, 24, 2, 6)
+            self.b3, self.b4 = IR(24, 24, 1, 6), IR(24, 24, 1, 6)
+            self.head = nn.Sequential(nn.Conv2d(24, 32, 1), nn.AdaptiveAvgPool2d(1),
+                                      nn.Flatten(), nn.Linear(32, 5))
+
+        def forward(self, x):
+            return self.head(self.b4(self.b3(self.b2(self.b1(self.stem(x))))))
+
+    m = Net().eval()
+    for mod in m.modules():
+        if isinstance(mod, nn.BatchNorm2d):
+            mod.running_mean.uniform_(-0.2, 0.2)
+            mod.running_var.uniform_(0.5, 2.0)
+    return m
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    import torch
+
+    d = tmp_path_factory.mktemp("tiling_res")
+    fp32 = export(_mbv2_style(), torch.randn(1, 3, H, W), d / "mb.onnx")
+    rng = np.random.default_rng(2)
+    qdq = _qdq(fp32, rng.standard_normal((16, 3, H, W)).astype(np.float32), d / "mb_q.onnx")
+    return d, {"fp32": fp32, "int8": qdq}, rng.standard_normal((1, 3, H, W)).astype(np.float32)
+
+
+def _gen(src: Path, out: Path, precision: str, tiling=None, budget=None):
+    if out.exists():
+        shutil.rmtree(out)
+    g = lower(src, precision)
+    g, p = apply(g, plan(g), tiling, budget)
+    codegen.generate(g, p, out)
+    run.build(out)
+    return g, p
+
+
+def _tiled(g) -> TiledStep:
+    (st,) = [s for s in g.steps if isinstance(s, TiledStep)]
+    return st
+
+
+@pytest.mark.parametrize("precision,patches,split", [
+    ("int8", 2, ADD1), ("int8", 3, ADD2), ("fp32", 2, ADD2), ("fp32", 3, ADD1)])
+def test_tiled_segment_through_residual_adds_equals_untiled(models, precision, patches,
+                                                            split):
+    d, src, x = models
+    _gen(src[precision], d / "ref", precision, "off")
+    want = run.run(d / "ref", x)
+    g, p = _gen(src[precision], d / "tiled", precision, TilingForce(patches=patches, split=split))
+    got = run.run(d / "tiled", x)
+    st = _tiled(g)
+    assert st.layers[-1].name == split and len(st.patches) == patches * patches
+    assert any(layer.op == "Add" for layer in st.layers)  # the residual runs in the patch
+    assert any(pa.sub[k] for pa in st.patches for k in range(len(st.layers)))  # skip copy
+    # int8: the input's quantize is the segment's first step, so no int8 input in the arena
+    assert st.quantize_in == (precision == "int8")
+    if precision == "int8":
+        assert np.array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_segment_ends_only_where_nothing_outside_reads_its_tensors(models):
+    from edgesmith.targets.tiling import find_segment
+
+    _, src, _ = models
+    g = lower(src["int8"], "int8")
+    start, seg, ends = find_segment(g)
+    names = [seg[k - 1].name for k in ends]
+    assert start == 0 and seg[0].op == "QuantizeLinear"
+    assert ADD1 in names and ADD2 in names
+    # inside a residual block the skip tensor is still read by the Add: no end there
+    assert "/b3/conv/conv.6/Conv" not in names and "/b3/conv/conv.3/Conv" not in names
+
+
+def test_reported_arena_is_the_generated_arena_and_below_the_bound(models):
+    d, src, _ = models
+    g, p = _gen(src["int8"], d / "auto", "int8", "auto")
+    header = (d / "auto" / "model.h").read_text()
+    assert f"#define ES_ARENA_BYTES {p.arena_bytes}u" in header
+    t = p.tiling
+    assert t["arena_bytes"] == p.arena_bytes < t["lower_bound_untiled_bytes"]
+    assert t["grid"] == [int(t["patches"][0])] * 2 and t["halo_px"] > 0
+    assert t["candidates"] and all(c["arena_bytes"] < t["arena_untiled_bytes"]
+                                   for c in t["candidates"])
+    text = (d / "auto" / "plan.txt").read_text()
+    assert re.search(rf"-> {p.arena_bytes} B tiled", text) and "tiling candidates" in text
+
+
+def test_budget_picks_the_fitting_candidate_with_fewest_extra_macs(models):
+    _, src, _ = models
+    g = lower(src["int8"], "int8")
+    p0 = plan(g)
+    _, p = apply(g, plan(g), "auto")
+    budget = (p0.arena_bytes + p.arena_bytes) // 2
+    _, pb = apply(g, plan(g), None, budget)
+    assert pb.arena_bytes <= budget and pb.tiling["chosen_by"] == "budget"
+    fitting = [c for c in pb.tiling["candidates"] if c["arena_bytes"] <= budget]
+    assert pb.tiling["extra_macs"] == min(c["extra_macs"] for c in fitting)
+
+
+def test_plan_cli_shows_a_tiled_folders_grid_halo_bound_and_extra_macs(models, cli):
+    d, src, _ = models
+    out = d / "cli"
+    if out.exists():
+        shutil.rmtree(out)
+    g = lower(src["int8"], "int8")
+    g, p = apply(g, plan(g), TilingForce(patches=3, split=ADD2))
+    codegen.generate(g, p, out)  # plan.txt and plan.json need no compile
+    r = cli("plan", out)
+    assert r.code == 0, r.err
+    t = p.tiling
+    assert (f"3x3 patches over {t['layers']} layers" in r.out and f"halo {t['halo_px']} px"
+            in r.out and f"{t['arena_bytes']} B tiled" in r.out
+            and f"lower bound {t['lower_bound_untiled_bytes']} B" in r.out
+            and f"extra MACs {t['extra_macs']}" in r.out)
+    (doc,) = json.loads(cli("plan", out, "--json").out)
+    assert doc["arena_bytes"] == p.arena_bytes and doc["lower_bound_bytes"] == p.lower_bound_bytes
+    assert doc["tiling"]["grid"] == [3, 3] and doc["tiling"]["split"] == ADD2
+    assert doc["tiling"]["arena_untiled_bytes"] > doc["arena_bytes"]
+    assert doc["tiling"]["extra_macs"] == t["extra_macs"] > 0
+
+
+def test_budget_even_tiling_cannot_meet_is_a_budget_miss_naming_the_figures(models, tmp_path):
+    from edgesmith.artifact import Artifact
+    from edgesmith.pipeline.stages import TargetResult, check_budgets
+    from edgesmith.profiles.schema import Budgets
+
+    _, src, _ = models
+    g = lower(src["int8"], "int8")
+    p0 = plan(g)
+    budget = 4096  # below even the float input
+    _, p = apply(g, plan(g), None, budget)
+    t = p.tiling
+    assert t["applied"] and p.arena_bytes > budget  # the smallest arena, still over
+    assert p.arena_bytes == min(c["arena_bytes"] for c in t["candidates"])
+    folder = tmp_path / "c-int8"
+    folder.mkdir()
+    (folder / "model.c").write_text("/* generated */\n")
+    spec = type("Spec", (), {"name": "c-int8"})()
+    r = TargetResult(spec, Artifact.of(folder, "c", "int8", **p.figures()), None, "ok")
+    misses = check_budgets([r], Budgets(arena_kb=budget / 1024))
+    assert r.status == "budget" and len(misses) == 1
+    for figure in (f"arena {p.arena_bytes} B", f"tiled {t['patches']}",
+                   f"untiled {p0.arena_bytes} B", f"lower bound {p0.lower_bound_bytes} B"):
+        assert figure in misses[0], (figure, misses[0])
