@@ -87,12 +87,42 @@ def wrap(cls):
 wrap(lite.TFLiteConverterV2)
 wrap(lite.TFLiteSavedModelConverterV2)
 kwargs = args["kwargs"]
-onnx2tf.convert(**kwargs)
 stem = pathlib.Path(kwargs["input_onnx_file_path"]).stem
-for f in pathlib.Path(kwargs["output_folder_path"]).glob(stem + "_*.tflite"):
+out_dir = pathlib.Path(kwargs["output_folder_path"])
+quantize = lite._mlir_quantize
+
+def keep_calibrated(calibrated, *a, **k):
+    # the first INT8 conversion's calibrated float model: requantize() makes the INT8
+    # model again from it with chosen ops left in float, without calibrating again
+    path = out_dir / f"{stem}_calibrated.tflite"
+    if "calibrated" in keep and not path.exists():
+        path.write_bytes(calibrated)
+    return quantize(calibrated, *a, **k)
+
+lite._mlir_quantize = keep_calibrated
+onnx2tf.convert(**kwargs)
+for f in out_dir.glob(stem + "_*.tflite"):
     if f.name[len(stem) + 1:-len(".tflite")] not in keep:
         f.unlink()
 """
+# Runs in a child as well: argv[1] is {"calibrated", "out", "io", "per_channel", "nodes"}.
+# TensorFlow's own selective quantization (what tf.lite.experimental.QuantizationDebugger's
+# get_nondebug_quantized_model does): the calibrated model quantized as onnx2tf's INT8
+# conversion quantizes it, except the ops whose output tensors are in "nodes".
+_REQUANTIZE = """
+import json, pathlib, sys
+import tensorflow as tf
+from tensorflow.lite.python import convert
+
+a = json.loads(sys.argv[1])
+io = tf.int8 if a["io"] == "int8" else tf.float32
+model = convert.mlir_quantize(pathlib.Path(a["calibrated"]).read_bytes(),
+                              disable_per_channel=not a["per_channel"],
+                              input_data_type=io, output_data_type=io,
+                              denylisted_nodes=a["nodes"] or None)
+pathlib.Path(a["out"]).write_bytes(model)
+"""
+CALIBRATED = "calibrated"  # the variant name of the calibrated float model onnx2tf's run keeps
 # onnx2tf's progress lines, in the order it reaches them: the last one in a crashed run's
 # log says which step the crash cut short
 _STEPS = [
@@ -111,6 +141,8 @@ def converted(ctx: ConvertContext, keep: frozenset[str]) -> Path:
     One run writes every variant asked for, so the tflite targets of one build share it
     through the build's scratch folder: the caller asks for all of them at once."""
     int8 = any("integer" in v for v in keep)
+    if int8:
+        keep = keep | {CALIBRATED}
     h = hashlib.sha256(Path(ctx.fp32_onnx).read_bytes())
     h.update(repr(tuple(ctx.spec.shape)).encode())
     base = h.hexdigest()[:16]
@@ -132,6 +164,32 @@ def converted(ctx: ConvertContext, keep: frozenset[str]) -> Path:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return final / "saved_model"
+
+
+def requantize(ctx: ConvertContext, calibrated: Path, out: Path, io: str,
+               float_tensors: list[str]) -> Path:
+    """``out``: the INT8 model quantized from onnx2tf's ``calibrated`` model with the ops
+    writing ``float_tensors`` left in float (TensorFlow's ``denylisted_nodes``), in a child
+    process as onnx2tf itself runs."""
+    args = {"calibrated": str(calibrated), "out": str(out), "io": io,
+            "per_channel": bool(ctx.calib.per_channel), "nodes": float_tensors}
+    stage = f"{FORMAT} int8 requantization (ops kept in float)"
+    ctx.log(f"$ tflite requantize {json.dumps(args)}")
+    with ctx.log_path.open("a", encoding="utf-8") as log:
+        try:
+            proc = subprocess.run([sys.executable, "-c", _REQUANTIZE, json.dumps(args)],
+                                  env=child_env(), stdout=log, stderr=subprocess.STDOUT,
+                                  timeout=ctx.options.timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            raise ConversionError(f"requantization did not finish within "
+                                  f"{ctx.options.timeout_s:g} s", where=stage,
+                                  fix=f"see {ctx.log_path}") from None
+    if proc.returncode != 0 or not out.is_file():
+        raise ConversionError(f"TensorFlow's requantization failed (exit status "
+                              f"{proc.returncode}): {last_error(ctx.log_path)}", where=stage,
+                              fix=f"full output in {ctx.log_path}; build with --no-fallback "
+                                  "to keep the plain INT8 model")
+    return out
 
 
 def channels_last(x: np.ndarray) -> np.ndarray:

@@ -10,6 +10,13 @@ onnx2tf runs in a child process (``_onnx2tf.py``: its working directory, environ
 executables, and what a crash there becomes: a ``ConversionError`` naming the stage, the
 signal and the step, never a crash of the build).
 
+INT8 layers in float (``float_nodes``, filled by the accuracy-aware fallback): onnx2tf's run
+keeps the calibrated float model TensorFlow quantizes its INT8 output from; TensorFlow's
+MLIR quantizer then quantizes it again with the ops computing those ONNX nodes denylisted
+(``denylisted_nodes``, what ``tf.lite.experimental.QuantizationDebugger`` uses for selective
+quantization), without a second calibration. onnx2tf does not keep ONNX node names, so which
+TFLite ops compute a node is found by matching tensor values (``_tflite_select.py``).
+
 TFLite graphs are channels-last. The runner takes the NCHW float32 batch the torch model
 takes, transposes it, quantizes it for int8 I/O, and hands back float32 outputs in the
 ONNX layout, so validation and users never see the difference.
@@ -26,7 +33,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgesmith.artifact import Artifact
-from edgesmith.convert import _onnx2tf
+from edgesmith.convert import _onnx2tf, _tflite_select
 from edgesmith.errors import ConversionError
 from edgesmith.target import CompatRule, ConvertContext, Runner, Target
 
@@ -80,6 +87,10 @@ class TFLiteOptions(BaseModel):
         "float", description="int8 only: float32 I/O (quantize inside) or int8 I/O tensors")
     num_threads: int = Field(1, ge=1, le=256, description="XNNPACK threads when run")
     timeout_s: float = Field(900.0, gt=0, description="limit for the onnx2tf child process")
+    float_nodes: list[str] = Field(
+        default_factory=list,
+        description="int8 only: ONNX node names whose TFLite ops stay in float (TensorFlow's "
+                    "denylisted_nodes); the accuracy-aware fallback fills it")
 
 
 class TFLiteTarget(Target):
@@ -116,13 +127,19 @@ class TFLiteTarget(Target):
                 f"onnx2tf finished but wrote no {src.name}", where=f"{FORMAT} conversion",
                 fix=f"see the full converter output in {ctx.log_path}")
         out = _ensure(ctx.out_dir) / "model.tflite"
-        shutil.copyfile(src, out)
+        kept = _requantized(ctx, produced, out, io) if precision == "int8" and \
+            ctx.options.float_nodes else None
+        if kept is None:
+            shutil.copyfile(src, out)
         meta: dict[str, Any] = {
             "converter": f"onnx2tf {_version('onnx2tf')}",
             "io": io,
             "num_threads": ctx.options.num_threads,
             "onnx_outputs": _onnx_output_shapes(ctx.fp32_onnx, ctx.calib.x[:1]),
         }
+        if kept is not None:
+            meta["float_nodes"] = list(ctx.options.float_nodes)
+            meta["float_ops"] = kept  # ONNX node -> the TFLite tensors left in float
         if precision == "int8":
             meta["calibration"] = ctx.calib.summary()
             if ctx.calib.method != "minmax":
@@ -172,6 +189,41 @@ class TFLiteTarget(Target):
         spec["inputs"] = artifact.meta.get("inputs", [])
         spec["outputs"] = artifact.meta.get("outputs", [])
         return spec
+
+
+def _requantized(ctx: ConvertContext, produced: Path, out: Path,
+                 io: str) -> dict[str, list[str]]:
+    """Write to ``out`` the INT8 model with the ops of ``options.float_nodes`` in float:
+    onnx2tf's calibrated model quantized again by TensorFlow with those ops denylisted
+    (no second calibration). Returns which TFLite tensors each ONNX node became; checks
+    that every one of them really is float in the result."""
+    calibrated = produced / f"{ctx.fp32_onnx.stem}_{_onnx2tf.CALIBRATED}.tflite"
+    if not calibrated.is_file():
+        raise ConversionError("onnx2tf's run kept no calibrated model to requantize",
+                              where=f"{FORMAT} int8 fallback",
+                              fix="rebuild with --force, or build with --no-fallback")
+    x = ctx.calib.x
+    mapping = _tflite_select.float_tensors(ctx.fp32_onnx, calibrated,
+                                           list(ctx.options.float_nodes), x,
+                                           _onnx2tf.channels_last(x))
+    names = sorted({t for ts in mapping.values() for t in ts})
+    _onnx2tf.requantize(ctx, calibrated, out, io, names)
+    dtypes = _output_dtypes(out)
+    still = [t for t in names if dtypes.get(t, "float32") != "float32"]
+    if still:
+        raise ConversionError(f"TensorFlow left {still[0]!r} quantized although it was "
+                              f"denylisted", where=f"{FORMAT} int8 fallback",
+                              fix="build with --no-fallback to keep the plain INT8 model")
+    ctx.log(f"tflite int8: kept in float {mapping}")
+    return mapping
+
+
+def _output_dtypes(path: Path) -> dict[str, str]:
+    """Each op output tensor's dtype, by name."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interp = Interpreter(str(path))
+    return {t["name"]: np.dtype(t["dtype"]).name for t in interp.get_tensor_details()}
 
 
 def _convert_shared(ctx: ConvertContext, precision: str, io: str) -> Path:

@@ -13,9 +13,9 @@ module finds them and keeps them in float, one more at a time, until the budget 
    ``nodes_to_exclude``) and validate each QDQ model with onnxruntime, until one is
    within the budget: the smallest count that confirms by accuracy;
 3. per target: convert with those layers in float (the static QDQ for formats that lower
-   it, the ``float_nodes`` option for formats that quantize themselves, e.g. OpenVINO's
-   nncf ``ignored_scope``), validate, and add the next layer while it still misses, up to
-   ``MAX_FRACTION`` of the quantized layers.
+   it, the ``float_nodes`` option for formats that quantize themselves: OpenVINO's nncf
+   ``ignored_scope``, TFLite's ``denylisted_nodes``), validate, and add the next layer
+   while it still misses, up to ``MAX_FRACTION`` of the quantized layers.
 
 It runs only for a target that missed: a build within budget pays nothing. The result
 carries ``fallback`` (layers, drop before/after, tries) into the manifest and report.

@@ -207,3 +207,27 @@ def test_quantize_qdq_refuses_an_unknown_node_to_keep_in_float(tmp_path):
     calib = CalibrationSet(x=np.ones((2, 4), np.float32))
     with pytest.raises(ConversionError, match="no node named 'relu2' to keep in float"):
         quantize_qdq(src, calib, tmp_path / "q.onnx", exclude=["relu2"])
+
+
+def test_tflite_int8_fallback_keeps_the_stem_op_in_float(cli, two_channel, tmp_path):
+    """onnx2tf's calibrated model requantized by TensorFlow with the stem's CONV_2D
+    denylisted; onnx2tf names that op after TF ops, not the ONNX node, so the map comes
+    from matching tensor values (convert/_tflite_select.py)."""
+    r, out = _build(cli, two_channel, tmp_path, ["tflite:int8"], 1000.0)
+    assert r.code == 0, r.err
+    (t,) = _manifest(out)["targets"]
+    fb = t["fallback"]
+    assert t["status"] == "ok" and fb["applied"] and fb["layers"] == [STEM]
+    assert fb["drop_before_pt"] > 50 and fb["drop_after_pt"] == t["accuracy_drop"] <= 2.0
+    assert t["meta"]["float_nodes"] == [STEM]
+    (float_ops,) = t["meta"]["float_ops"][STEM]
+    from ai_edge_litert.interpreter import Interpreter
+
+    interp = Interpreter(str(out / "targets" / "tflite-int8" / "model.tflite"))
+    tensors = {d["index"]: d for d in interp.get_tensor_details()}
+    convs = [op for op in interp._get_ops_details() if op["op_name"] == "CONV_2D"]
+    # the stem reads the float input and computes in float; the convolutions after it, int8
+    assert tensors[convs[0]["outputs"][0]]["name"] == float_ops
+    assert [tensors[c["outputs"][0]]["dtype"].__name__ for c in convs][:2] == ["float32",
+                                                                              "int8"]
+    assert f"| tflite-int8 | {STEM} | " in (out / "report.md").read_text()
