@@ -1,7 +1,8 @@
 """Convolutions: Conv, BatchNormalization and ConvTranspose.
 
 These live together because convolution is where generation time does the most work
-for the runtime: weights are packed once into the OIHW layout the kernels read, a
+for the runtime: weights are packed once into the layout the kernel reads (OIHW, or
+8-channel k-major blocks for the one-group GEMM: pack_f32_gemm), a
 following BatchNormalization and activation are folded into the weights and the kernel's
 epilogue (so a standalone BatchNormalization is only the fallback), and the choice
 between the reference and the fast im2col / depthwise kernels is made here, following
@@ -63,10 +64,12 @@ def conv(L: Lowerer, node) -> None:
     n, c = x.shape[0], x.shape[1]
     oshape = (n, m, *([osp[1]] if nsp == 1 else osp))
     y = L.new_tensor(out, oshape, "f32")
-    wt = L.const_tensor(node.name + "_w" if node.name else out + "_w", w, "f32")
-    bt = L.const_tensor(node.name + "_b" if node.name else out + "_b", b, "f32")
     params = conv_params(c, sp, m, osp, kk, ss, pp, dd, group, code, a0, a1)
     kernel = _f32_kernel(L, params)
+    if kernel is K.CONV_F32_GEMM:
+        w = pack_f32_gemm(w)
+    wt = L.const_tensor(node.name + "_w" if node.name else out + "_w", w, "f32")
+    bt = L.const_tensor(node.name + "_b" if node.name else out + "_b", b, "f32")
     sc = [Ref("__scratch")] if kernel.scratch else []
     calls = [Call(kernel.fn, [Ref(x.tensor, i * c * sp[0] * sp[1]), Ref(wt), Ref(bt), *sc,
                               Ref(y, i * m * osp[0] * osp[1]), params], kernel)
@@ -77,8 +80,8 @@ def conv(L: Lowerer, node) -> None:
 
 
 def _f32_kernel(L: Lowerer, p: dict):
-    """es_conv2d_f32 (the reference), or the im2col tiles + 4x16 FMA micro-kernel for one
-    group (ES_F32_GEMM_SCRATCH), or the depthwise kernel on a padded plane."""
+    """es_conv2d_f32 (the reference), or for one group the im2col tiles + 8x32 micro-kernel
+    on packed weights (ES_F32_GEMM_SCRATCH), or the depthwise kernel on a padded plane."""
     if L.kernels == "reference":
         return K.CONV_F32
     if p["group"] == 1:
@@ -86,6 +89,22 @@ def _f32_kernel(L: Lowerer, p: dict):
     if p["group"] == p["C"] == p["M"]:
         return K.DWCONV_F32
     return K.CONV_F32
+
+
+F32_MR = 8  # output channels per packed block: ES_F32_MR in conv_f32_fast.c
+
+
+def pack_f32_gemm(w: np.ndarray) -> np.ndarray:
+    """OIHW (or OIW) weights in the order es_conv2d_f32_gemm streams them: blocks of F32_MR
+    output channels, k-major inside a block (packed[b][k][r] = w[F32_MR b + r][k], k over
+    C KH KW), channels past M zero. Each step of the micro-kernel then reads its 8 weights
+    from one cache line instead of 8 rows K floats apart, as XNNPACK's
+    xnn_pack_f32_gemm_goi_w does for its GEMMs."""
+    m = w.shape[0]
+    nb = -(-m // F32_MR)
+    flat = np.zeros((nb * F32_MR, int(np.prod(w.shape[1:]))), np.float32)
+    flat[:m] = w.reshape(m, -1)
+    return np.ascontiguousarray(flat.reshape(nb, F32_MR, -1).transpose(0, 2, 1))
 
 
 def bn_affine(L: Lowerer, node):

@@ -1,5 +1,9 @@
-"""FP32 fast conv paths (im2col + FMA GEMM, depthwise) agree with the portable reference
-kernel to 1e-5 of the output magnitude on random shapes, portable / AVX2 / aarch64."""
+"""FP32 fast conv paths (im2col + the 8x32 GEMM micro-kernel on packed weights, depthwise)
+agree with the portable reference kernel to 1e-5 of the output magnitude (sums are
+reordered: the fast kernels add in FMA order, over 16 lanes, so only rounding differs, and
+with |x|, |w| <= 1 and K up to 2700 the accumulated error stays orders below that) on the
+shapes that stress the blocking and on random ones, portable / AVX2 / AVX-512 / aarch64;
+a generated model with packed weights agrees with onnxruntime."""
 
 from __future__ import annotations
 
@@ -14,7 +18,23 @@ from tests.targets.test_int8_fast import FLAVOURS, RT, conv_case
 CHECK = Path(__file__).parent / "c" / "conv_f32_check.c"
 
 
+# C H W M KH KW SH SW PT PL DH DW group act seed OH OW: shapes of the packed GEMM's edges
+GEMM_CASES = [
+    [96, 1, 1, 24, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 201, 1, 1],    # squeeze-excite: channel lanes
+    [37, 2, 2, 13, 1, 1, 1, 1, 0, 0, 1, 1, 1, 2, 202, 2, 2],    # 4 pixels, M = 8 + 5
+    [40, 7, 7, 20, 1, 1, 1, 1, 0, 0, 1, 1, 1, 2, 203, 7, 7],    # 49 = 32 in place + 17 masked
+    [19, 6, 8, 9, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 204, 6, 8],     # last tile of exactly 16
+    [3, 15, 17, 16, 3, 3, 2, 2, 1, 1, 1, 1, 1, 2, 205, 8, 9],   # 3-channel stem, stride 2
+    [6, 9, 10, 11, 5, 5, 1, 1, 2, 2, 1, 1, 1, 3, 206, 9, 10],   # 5x5, leaky, M = 11
+    [24, 3, 3, 33, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 207, 2, 2],    # 3x3 on a 2x2 output: lanes
+    [8, 1, 5, 8, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 208, 1, 5],      # 5 pixels: one masked tile
+    [300, 4, 9, 17, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 209, 4, 9],   # K = 2700 (no clip: the sums
+    # reach ~20, and the tolerance is relative to the largest output)
+]
+
+
 def _cases(n: int, seed: int = 1):
+    yield from GEMM_CASES
     rng = np.random.default_rng(seed)
     for i in range(n):
         yield conv_case(rng, i, 40, lambda _, j: j % 4)
@@ -41,3 +61,30 @@ def test_generated_f32_model_uses_fast_conv_and_reference_switch(digits_onnx):
     fns = {c.fn for st in lower(digits_onnx, "fp32", kernels="reference").steps
            for c in st.calls}
     assert "es_conv2d_f32" in fns and "es_conv2d_f32_gemm" not in fns
+
+
+def test_generated_model_with_packed_conv_weights_matches_onnxruntime(tmp_path):
+    """Convs whose M is not a multiple of the 8-channel block (13, 20), a 1x1 conv on a 1x1
+    plane (the channel-lanes path) and a 7x7 plane (a masked tail tile): the weights
+    pack_f32_gemm lays out are the ones the C kernel reads."""
+    import torch
+
+    from edgesmith.targets import run
+    from edgesmith.targets.lower.conv import pack_f32_gemm
+    from tests.targets._helpers import export, generate, ort_run
+
+    w = np.arange(2 * 3 * 2 * 2, dtype=np.float32).reshape(2, 3, 2, 2)
+    assert pack_f32_gemm(w).shape == (1, 12, 8)
+    assert np.array_equal(pack_f32_gemm(w)[0, :, 1], w[1].reshape(-1))
+    assert not pack_f32_gemm(w)[0, :, 2:].any()
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 13, 3, stride=2, padding=1), torch.nn.ReLU6(),
+        torch.nn.Conv2d(13, 20, 1), torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Conv2d(20, 11, 1), torch.nn.Flatten()).eval()
+    x = torch.randn(1, 3, 13, 14)
+    onnx_path = export(net, x, tmp_path / "m.onnx")
+    out = generate(onnx_path, tmp_path / "c", precision="fp32")
+    got = run.run(out, x.numpy())
+    ref = ort_run(onnx_path, x.numpy())
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)

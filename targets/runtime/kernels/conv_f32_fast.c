@@ -2,10 +2,11 @@
  * oracle in tests (results agree to float rounding, not bit for bit: sums are reordered).
  *
  * es_conv2d_f32_gemm: one group. Output pixels in tiles of ES_F32_TP; for each tile the
- * im2col block col[k][j] (k over C*KH*KW, zero where padded) is built in scratch, then a
- * 4x16 register-blocked micro-kernel (AVX2+FMA: 8 ymm accumulators, 2 loads and 4
- * broadcasts per k) computes 4 output channels x 16 pixels; bias and the fused activation
- * are applied on the way out. Scratch: ES_F32_GEMM_SCRATCH(C*KH*KW) bytes.
+ * im2col block col[k][j] (k over C*KH*KW, zero where padded) is built in scratch (or read in
+ * place for a 1x1 stride-1 unpadded conv), then a micro-kernel on weights the generator
+ * packed in 8-channel blocks computes 8 output channels x 32 pixels in registers (see
+ * below); bias and the fused activation are applied on the way out. Scratch:
+ * ES_F32_GEMM_SCRATCH(C*KH*KW) bytes.
  *
  * es_dwconv2d_f32: depthwise (group == C == M), per channel over the stride phases of its
  * zero-padded plane, 32 outputs per pass with every tap in registers (see below). */
@@ -69,105 +70,233 @@ static void im2col_f32(const float *x, float *col, int p0, int K, const es_conv_
     }
 }
 
-/* acc[r][j] = b[r] + sum_k w_r[k] col[k][j], r < 4, j < 16; col rows ldc floats apart */
-static void mk_f32_4x16(const float *col, size_t ldc, int K, const float *const wr[4],
-                        const float b[4], float acc[4][16]) {
-    int k;
-#if defined(__AVX2__) && defined(__FMA__)
-    __m256 s00 = _mm256_set1_ps(b[0]), s01 = s00, s10 = _mm256_set1_ps(b[1]), s11 = s10,
-           s20 = _mm256_set1_ps(b[2]), s21 = s20, s30 = _mm256_set1_ps(b[3]), s31 = s30;
-    for (k = 0; k < K; ++k) {
-        const float *cp = col + (size_t)k * ldc;
-        const __m256 c0 = _mm256_loadu_ps(cp), c1 = _mm256_loadu_ps(cp + 8);
-        __m256 w = _mm256_broadcast_ss(wr[0] + k);
-        s00 = _mm256_fmadd_ps(c0, w, s00);
-        s01 = _mm256_fmadd_ps(c1, w, s01);
-        w = _mm256_broadcast_ss(wr[1] + k);
-        s10 = _mm256_fmadd_ps(c0, w, s10);
-        s11 = _mm256_fmadd_ps(c1, w, s11);
-        w = _mm256_broadcast_ss(wr[2] + k);
-        s20 = _mm256_fmadd_ps(c0, w, s20);
-        s21 = _mm256_fmadd_ps(c1, w, s21);
-        w = _mm256_broadcast_ss(wr[3] + k);
-        s30 = _mm256_fmadd_ps(c0, w, s30);
-        s31 = _mm256_fmadd_ps(c1, w, s31);
-    }
-    _mm256_storeu_ps(acc[0], s00);
-    _mm256_storeu_ps(acc[0] + 8, s01);
-    _mm256_storeu_ps(acc[1], s10);
-    _mm256_storeu_ps(acc[1] + 8, s11);
-    _mm256_storeu_ps(acc[2], s20);
-    _mm256_storeu_ps(acc[2] + 8, s21);
-    _mm256_storeu_ps(acc[3], s30);
-    _mm256_storeu_ps(acc[3] + 8, s31);
-#else
-    int r, j;
-    for (r = 0; r < 4; ++r)
-        for (j = 0; j < 16; ++j) acc[r][j] = b[r];
-    for (k = 0; k < K; ++k) {
-        const float *cp = col + (size_t)k * ldc;
-        for (r = 0; r < 4; ++r) {
-            const float wv = wr[r][k];
-            for (j = 0; j < 16; ++j) acc[r][j] += wv * cp[j];
-        }
-    }
-#endif
+/* ---- one group: a GEMM on packed weights -------------------------------------------------
+ * Y[M][P] = W[M][K] . col[K][P] + b, col the im2col matrix (a 1x1, stride-1, unpadded
+ * conv's input is that matrix already and is read in place). The generator packs W in
+ * blocks of ES_F32_MR = 8 output channels, k-major (lower/conv.py pack_f32_gemm):
+ * wp[(mb K + k) 8 + r] = W[8 mb + r][k], rows past M zero. One k step of the micro-kernel
+ * reads the 8 weights of k from one cache line and broadcasts each against vectors of
+ * pixels loaded from col row k, so the 8 x 32 output block (AVX-512: 16 zmm accumulators,
+ * 2 loads and 8 broadcasts per 16 FMAs) stays in registers for the whole K: bias first,
+ * activation in registers, stored under a mask at the plane's end. This is XNNPACK's
+ * "broadcast" GEMM (src/f32-gemm, e.g. 7x16-minmax-avx512f-broadcast, weights packed by
+ * xnn_pack_f32_gemm_goi_w) with pixels and channels swapped, as our planes are NCHW; the
+ * old kernel, 4 channels x 16 pixels on 8 ymm with 4 separate weight rows, ran 1x1 convs at
+ * 14-20 GMAC/s. AVX2: 4 x 16 blocks of the same packing; NEON: 8 x 8 by lane FMAs.
+ * Planes of at most ES_F32_LANES_P pixels (squeeze-excite 1x1 convs on 1 x 1) put output
+ * channels in the lanes instead, so no lane computes a pixel that is not there. */
+#define ES_F32_MR 8
+#define ES_F32_LANES_P 4
+
+/* 16-bit masks of the first n of 16 lanes */
+#define ES_MASK16(n) ((n) >= 16 ? 0xFFFFu : (n) <= 0 ? 0u : (1u << (n)) - 1u)
+
+#if defined(__AVX512F__)
+static __m512 act512(__m512 v, const es_conv_params *p) {
+    if (p->act == ES_ACT_RELU) return _mm512_max_ps(v, _mm512_setzero_ps());
+    if (p->act == ES_ACT_CLIP)
+        return _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(p->a0)), _mm512_set1_ps(p->a1));
+    if (p->act == ES_ACT_LEAKY)
+        return _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), v,
+                                  _mm512_set1_ps(p->a0));
+    return v;
 }
 
-/* y[j] = act(acc[j]), j < 16: clamped in vector registers for none, ReLU and Clip (the
- * scalar act1 per element cost as much as the multiplies when K is 16 to 32) */
-static void store_row16(float *y, const float acc[16], int nj, const es_conv_params *p) {
+/* y[r][j] = act(b8[r] + sum_k wp[8k + r] col[k][j]) for r < nr, j < nj <= 16 nv: 8 output
+ * channels x 16 nv pixels (nv = 1 only for a plane's last 16 or fewer) */
+static inline void mk_f32_8xv(const float *col, size_t ldc, int K, const float *wp,
+                              const float *b8, float *y, size_t ldy, int nr, int nj, int nv,
+                              const es_conv_params *p) {
+    __m512 a0[ES_F32_MR], a1[ES_F32_MR];
+    const __mmask16 k0 = (__mmask16)ES_MASK16(nj), k1 = (__mmask16)ES_MASK16(nj - 16);
+    int r, k;
+    for (r = 0; r < ES_F32_MR; ++r) a0[r] = a1[r] = _mm512_set1_ps(b8[r]);
+    for (k = 0; k < K; ++k) {
+        const float *cp = col + (size_t)k * ldc, *wk = wp + (size_t)k * ES_F32_MR;
+        const __m512 c0 = _mm512_loadu_ps(cp);
+        const __m512 c1 = nv > 1 ? _mm512_loadu_ps(cp + 16) : c0;
+        for (r = 0; r < ES_F32_MR; ++r) {
+            const __m512 w = _mm512_set1_ps(wk[r]);
+            a0[r] = _mm512_fmadd_ps(c0, w, a0[r]);
+            if (nv > 1) a1[r] = _mm512_fmadd_ps(c1, w, a1[r]);
+        }
+    }
+    for (r = 0; r < nr; ++r) {
+        _mm512_mask_storeu_ps(y + (size_t)r * ldy, k0, act512(a0[r], p));
+        if (nv > 1) _mm512_mask_storeu_ps(y + (size_t)r * ldy + 16, k1, act512(a1[r], p));
+    }
+}
+
+static void mk_f32_block(const float *col, size_t ldc, int K, const float *wp,
+                         const float *b8, float *y, size_t ldy, int nr, int nj,
+                         const es_conv_params *p) {
+    if (nj > 16)
+        mk_f32_8xv(col, ldc, K, wp, b8, y, ldy, nr, nj, 2, p);
+    else
+        mk_f32_8xv(col, ldc, K, wp, b8, y, ldy, nr, nj, 1, p);
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+static __m256 act256(__m256 v, const es_conv_params *p) {
+    if (p->act == ES_ACT_RELU) return _mm256_max_ps(v, _mm256_setzero_ps());
+    if (p->act == ES_ACT_CLIP)
+        return _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(p->a0)), _mm256_set1_ps(p->a1));
+    if (p->act == ES_ACT_LEAKY)
+        return _mm256_blendv_ps(v, _mm256_mul_ps(v, _mm256_set1_ps(p->a0)),
+                                _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ));
+    return v;
+}
+
+/* 4 of the block's 8 channels (wp, b4 offset to the first) x 16 pixels on 8 ymm */
+static void mk_f32_4x16(const float *col, size_t ldc, int K, const float *wp, const float *b4,
+                        float *y, size_t ldy, int nr, int nj, const es_conv_params *p) {
+    __m256 s[4][2];
+    int r, k;
+    for (r = 0; r < 4; ++r) s[r][0] = s[r][1] = _mm256_set1_ps(b4[r]);
+    for (k = 0; k < K; ++k) {
+        const float *cp = col + (size_t)k * ldc, *wk = wp + (size_t)k * ES_F32_MR;
+        const __m256 c0 = _mm256_loadu_ps(cp), c1 = _mm256_loadu_ps(cp + 8);
+        for (r = 0; r < 4; ++r) {
+            const __m256 w = _mm256_broadcast_ss(wk + r);
+            s[r][0] = _mm256_fmadd_ps(c0, w, s[r][0]);
+            s[r][1] = _mm256_fmadd_ps(c1, w, s[r][1]);
+        }
+    }
+    for (r = 0; r < nr; ++r) {
+        float *yr = y + (size_t)r * ldy, t[16];
+        const __m256 v0 = act256(s[r][0], p), v1 = act256(s[r][1], p);
+        if (nj == 16) {
+            _mm256_storeu_ps(yr, v0);
+            _mm256_storeu_ps(yr + 8, v1);
+        } else {
+            _mm256_storeu_ps(t, v0);
+            _mm256_storeu_ps(t + 8, v1);
+            memcpy(yr, t, sizeof(float) * (size_t)nj);
+        }
+    }
+}
+
+static void mk_f32_block(const float *col, size_t ldc, int K, const float *wp,
+                         const float *b8, float *y, size_t ldy, int nr, int nj,
+                         const es_conv_params *p) {
+    int h, j;
+    for (h = 0; h < 2 && 4 * h < nr; ++h)
+        for (j = 0; j < nj; j += 16)
+            mk_f32_4x16(col + j, ldc, K, wp + 4 * h, b8 + 4 * h, y + (size_t)4 * h * ldy + j,
+                        ldy, nr - 4 * h < 4 ? nr - 4 * h : 4, nj - j < 16 ? nj - j : 16, p);
+}
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+#include <arm_neon.h>
+static float32x4_t act_neon(float32x4_t v, const es_conv_params *p) {
+    if (p->act == ES_ACT_RELU) return vmaxq_f32(v, vdupq_n_f32(0.0f));
+    if (p->act == ES_ACT_CLIP)
+        return vminq_f32(vmaxq_f32(v, vdupq_n_f32(p->a0)), vdupq_n_f32(p->a1));
+    if (p->act == ES_ACT_LEAKY)
+        return vbslq_f32(vcltq_f32(v, vdupq_n_f32(0.0f)), vmulq_n_f32(v, p->a0), v);
+    return v;
+}
+
+/* 8 channels x 8 pixels on 16 q registers: the 8 weights of k in two registers, each
+ * multiplied by lane into both pixel vectors */
+static void mk_f32_8x8(const float *col, size_t ldc, int K, const float *wp, const float *b8,
+                       float *y, size_t ldy, int nr, int nj, const es_conv_params *p) {
+    float32x4_t s[8][2];
+    int r, k;
+    for (r = 0; r < 8; ++r) s[r][0] = s[r][1] = vdupq_n_f32(b8[r]);
+    for (k = 0; k < K; ++k) {
+        const float *cp = col + (size_t)k * ldc, *wk = wp + (size_t)k * ES_F32_MR;
+        const float32x4_t c0 = vld1q_f32(cp), c1 = vld1q_f32(cp + 4);
+        const float32x4_t w0 = vld1q_f32(wk), w1 = vld1q_f32(wk + 4);
+#define ES_LANE(R, W, L)                                 \
+    s[R][0] = vfmaq_laneq_f32(s[R][0], c0, W, L);        \
+    s[R][1] = vfmaq_laneq_f32(s[R][1], c1, W, L)
+        ES_LANE(0, w0, 0); ES_LANE(1, w0, 1); ES_LANE(2, w0, 2); ES_LANE(3, w0, 3);
+        ES_LANE(4, w1, 0); ES_LANE(5, w1, 1); ES_LANE(6, w1, 2); ES_LANE(7, w1, 3);
+#undef ES_LANE
+    }
+    for (r = 0; r < nr; ++r) {
+        float *yr = y + (size_t)r * ldy, t[8];
+        vst1q_f32(t, act_neon(s[r][0], p));
+        vst1q_f32(t + 4, act_neon(s[r][1], p));
+        memcpy(yr, t, sizeof(float) * (size_t)nj);
+    }
+}
+
+static void mk_f32_block(const float *col, size_t ldc, int K, const float *wp,
+                         const float *b8, float *y, size_t ldy, int nr, int nj,
+                         const es_conv_params *p) {
     int j;
-#if defined(__AVX2__) && defined(__FMA__)
-    if (nj == 16 && p->act != ES_ACT_LEAKY) {
-        __m256 v0 = _mm256_loadu_ps(acc), v1 = _mm256_loadu_ps(acc + 8);
-        if (p->act != ES_ACT_NONE) {
-            const __m256 lo = _mm256_set1_ps(p->act == ES_ACT_CLIP ? p->a0 : 0.0f);
-            v0 = _mm256_max_ps(v0, lo);
-            v1 = _mm256_max_ps(v1, lo);
-            if (p->act == ES_ACT_CLIP) {
-                const __m256 hi = _mm256_set1_ps(p->a1);
-                v0 = _mm256_min_ps(v0, hi);
-                v1 = _mm256_min_ps(v1, hi);
+    for (j = 0; j < nj; j += 8)
+        mk_f32_8x8(col + j, ldc, K, wp, b8, y + j, ldy, nr, nj - j < 8 ? nj - j : 8, p);
+}
+#else
+/* portable: the same block as plain loops (GCC -O3 vectorises the pixel loop) */
+static void mk_f32_block(const float *col, size_t ldc, int K, const float *wp,
+                         const float *b8, float *y, size_t ldy, int nr, int nj,
+                         const es_conv_params *p) {
+    float s[ES_F32_MR][ES_F32_TP];
+    int r, k, j;
+    for (r = 0; r < ES_F32_MR; ++r)
+        for (j = 0; j < ES_F32_TP; ++j) s[r][j] = b8[r];
+    for (k = 0; k < K; ++k) {
+        const float *cp = col + (size_t)k * ldc, *wk = wp + (size_t)k * ES_F32_MR;
+        for (r = 0; r < ES_F32_MR; ++r)
+            for (j = 0; j < ES_F32_TP; ++j) s[r][j] += wk[r] * cp[j];
+    }
+    for (r = 0; r < nr; ++r)
+        for (j = 0; j < nj; ++j) y[(size_t)r * ldy + j] = act1(s[r][j], p->act, p->a0, p->a1);
+}
+#endif
+
+/* Small planes, channels in the lanes: y[m][j] for one pixel j and every m, four blocks of
+ * 8 channels at a time (four independent sums, so the FMA latency overlaps); plain loops
+ * over the 8 lanes, which compilers turn into one vector each. */
+static void lanes_f32(const float *col, size_t ldc, int K, int M, const float *wp,
+                      const float *b, float *y, size_t ldy, const es_conv_params *p) {
+    const int nb = (M + ES_F32_MR - 1) / ES_F32_MR;
+    int mb, q, k, r;
+    for (mb = 0; mb < nb; mb += 4) {
+        const int nq = nb - mb < 4 ? nb - mb : 4;
+        float s[4][ES_F32_MR];
+        for (q = 0; q < 4; ++q)
+            for (r = 0; r < ES_F32_MR; ++r) s[q][r] = 0.0f;
+        for (k = 0; k < K; ++k) {
+            const float xv = col[(size_t)k * ldc];
+            for (q = 0; q < 4; ++q) {
+                const float *wk = wp + ((size_t)(mb + (q < nq ? q : 0)) * K + k) * ES_F32_MR;
+                for (r = 0; r < ES_F32_MR; ++r) s[q][r] += xv * wk[r];
             }
         }
-        _mm256_storeu_ps(y, v0);
-        _mm256_storeu_ps(y + 8, v1);
-        return;
+        for (q = 0; q < nq; ++q)
+            for (r = 0; r < ES_F32_MR && (mb + q) * ES_F32_MR + r < M; ++r) {
+                const int m = (mb + q) * ES_F32_MR + r;
+                y[(size_t)m * ldy] = act1(b[m] + s[q][r], p->act, p->a0, p->a1);
+            }
     }
-#endif
-    for (j = 0; j < nj; ++j) y[j] = act1(acc[j], p->act, p->a0, p->a1);
 }
 
 void es_conv2d_f32_gemm(const float *x, const float *w, const float *b, float *scratch,
                         float *y, const es_conv_params *p) {
     const int K = p->C * p->KH * p->KW, P = p->OH * p->OW, M = p->M;
-    /* a 1x1, stride-1, unpadded conv's input is already the [C][P] matrix: whole tiles read
-     * it in place, no im2col copy */
     const int direct = p->KH == 1 && p->KW == 1 && p->SH == 1 && p->SW == 1 && p->PT == 0 &&
                        p->PL == 0 && p->OH == p->H && p->OW == p->W;
-    float acc[4][16];
-    int p0, m0, j0, r;
+    int p0, m0, r;
     for (p0 = 0; p0 < P; p0 += ES_F32_TP) {
-        const int inplace = direct && P - p0 >= ES_F32_TP;
+        const int nj = P - p0 < ES_F32_TP ? P - p0 : ES_F32_TP;
+        const int inplace = direct && nj == ES_F32_TP;
         const float *col = inplace ? x + p0 : scratch;
         const size_t ldc = inplace ? (size_t)P : ES_F32_TP;
         if (!inplace) im2col_f32(x, scratch, p0, K, p);
-        for (m0 = 0; m0 < M; m0 += 4) {
-            const int nr = (M - m0) < 4 ? (M - m0) : 4;
-            const float *wr[4];
-            float bb[4];
-            for (r = 0; r < 4; ++r) {
-                const int m = m0 + (r < nr ? r : nr - 1);
-                wr[r] = w + (size_t)m * K;
-                bb[r] = b[m];
-            }
-            for (j0 = 0; j0 < ES_F32_TP && p0 + j0 < P; j0 += 16) {
-                const int nj = (P - p0 - j0) < 16 ? (P - p0 - j0) : 16;
-                mk_f32_4x16(col + j0, ldc, K, wr, bb, acc);
-                for (r = 0; r < nr; ++r)
-                    store_row16(y + (size_t)(m0 + r) * P + p0 + j0, acc[r], nj, p);
-            }
+        if (P <= ES_F32_LANES_P) {
+            int j;
+            for (j = 0; j < nj; ++j) lanes_f32(col + j, ldc, K, M, w, b, y + p0 + j, P, p);
+            continue;
+        }
+        for (m0 = 0; m0 < M; m0 += ES_F32_MR) {
+            const int nr = M - m0 < ES_F32_MR ? M - m0 : ES_F32_MR;
+            float b8[ES_F32_MR];
+            for (r = 0; r < ES_F32_MR; ++r) b8[r] = r < nr ? b[m0 + r] : 0.0f;
+            mk_f32_block(col, ldc, K, w + (size_t)m0 * K, b8, y + (size_t)m0 * P + p0,
+                         (size_t)P, nr, nj, p);
         }
     }
 }

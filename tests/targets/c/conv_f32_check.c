@@ -7,6 +7,16 @@
 #include <string.h>
 #include "edgesmith_rt.h"
 static uint32_t s = 1;
+/* w in the order es_conv2d_f32_gemm reads: blocks of 8 output channels, k-major, zero rows
+ * past M (lower/conv.py pack_f32_gemm) */
+static float *pack8(const float *w, int M, int K) {
+    const int nb = (M + 7) / 8;
+    float *wp = calloc((size_t)nb * 8 * K, sizeof(float));
+    int m, k;
+    for (m = 0; m < M; ++m)
+        for (k = 0; k < K; ++k) wp[((size_t)(m / 8) * K + k) * 8 + m % 8] = w[(size_t)m * K + k];
+    return wp;
+}
 static float r(void) { s = s * 1664525u + 1013904223u; return (float)((s >> 8) % 20001u) / 10000.0f - 1.0f; }
 int main(int argc, char **argv) {
     es_conv_params p; int i;
@@ -29,7 +39,11 @@ int main(int argc, char **argv) {
     for (i = 0; i < (int)nw; ++i) w[i] = r();
     for (i = 0; i < p.M; ++i) b[i] = r();
     es_conv2d_f32(x, w, b, y0, &p);
-    if (p.group == 1) es_conv2d_f32_gemm(x, w, b, sc, y1, &p);
+    if (p.group == 1) {
+        float *wp = pack8(w, p.M, p.C * p.KH * p.KW);
+        es_conv2d_f32_gemm(x, wp, b, sc, y1, &p);
+        free(wp);
+    }
     else if (p.group == p.C && p.M == p.C) es_dwconv2d_f32(x, w, b, sc, y1, &p);
     else memcpy(y1, y0, 4 * ny);
     for (i = 0; i < (int)ny; ++i) {
