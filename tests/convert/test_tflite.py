@@ -89,7 +89,10 @@ def test_onnx2tf_writes_only_the_variants_the_profile_asks_for(built):
     _, _, folder = built
     (saved,) = (folder / "work").glob("onnx2tf-*-int8/saved_model")
     written = sorted(p.name.removeprefix("digits_") for p in saved.glob("*.tflite"))
-    assert written == ["float32.tflite", "full_integer_quant.tflite", "integer_quant.tflite"]
+    # calibrated: the float model with calibration statistics the INT8 ones were quantized
+    # from, kept for the INT8 fallback (requantized without calibrating again)
+    assert written == ["calibrated.tflite", "float32.tflite", "full_integer_quant.tflite",
+                       "integer_quant.tflite"]
     log = "".join(p.read_text() for p in (folder / "logs").glob("tflite-*.log"))
     for skipped in ("float16", "dynamic_range_quant", "int16_act"):
         assert f"skipped onnx2tf's {skipped} TFLite conversion" in log
