@@ -206,12 +206,32 @@ def _parallel(model: nn.Module, dist: Any | None) -> nn.Module:
     return nn.parallel.DistributedDataParallel(model)
 
 
+def _channels_last(model: nn.Module, x: np.ndarray) -> bool:
+    """Train models with grouped (depthwise) convolutions in channels-last layout: PyTorch's
+    CPU depthwise backward is faster in it (MobileNetV2 at 32x32, batch 64, 1 thread: 0.88
+    vs 1.18 s a step), while plain convs were not (ResNet-18: 1.54 vs 1.08 s). Same
+    arithmetic, same state dict. Returns whether the model was converted (``_train_epoch``
+    then converts each batch too)."""
+    grouped = any(isinstance(m, nn.Conv2d) and m.groups > 1 for m in model.modules())
+    if np.ndim(x) != 4 or not grouped:
+        return False
+    model.to(memory_format=torch.channels_last)
+    return True
+
+
+def _contiguous(model: nn.Module) -> None:
+    """Back to the default layout: the caller exports, traces and prunes this model."""
+    model.to(memory_format=torch.contiguous_format)
+
+
 def _train_epoch(net: nn.Module, model: nn.Module, loader: Any, opt: Any, sched: Any,
-                 loss_fn: nn.Module, dist: Any | None) -> float:
+                 loss_fn: nn.Module, dist: Any | None, channels_last: bool = False) -> float:
     """One pass over the loader; returns the mean loss over every rank's samples."""
     net.train()
     total, count = 0.0, 0
     for xb, yb in loader:
+        if channels_last:
+            xb = xb.contiguous(memory_format=torch.channels_last)
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(net(xb), yb)
         loss.backward()
@@ -273,6 +293,7 @@ def fit(
         result["seconds"] = round(time.perf_counter() - start, 3)
         return result
 
+    cl = _channels_last(model, sel.train_x)  # before DDP wraps (and buckets) the parameters
     net = _parallel(model, dist)
     loader, sampler = _loader(sel.train_x, sel.train_y, batch_size, seed, dist)
     opt = _optimizer(optimizer, [p for p in model.parameters() if p.requires_grad], lr)
@@ -284,7 +305,7 @@ def fit(
     for epoch in range(1, epochs + 1):
         if sampler is not None:
             sampler.set_epoch(epoch)
-        mean_loss = _train_epoch(net, model, loader, opt, sched, loss_fn, dist)
+        mean_loss = _train_epoch(net, model, loader, opt, sched, loss_fn, dist, cl)
         acc = score()
         lr_now = opt.param_groups[0]["lr"]
         result["history"].append({"epoch": epoch, "loss": round(mean_loss, 6),
@@ -303,6 +324,8 @@ def fit(
         if stale >= patience:
             break
 
+    if cl:
+        _contiguous(model)
     model.load_state_dict(best_state)
     model.eval()
     result["best_selection_accuracy"] = best

@@ -149,6 +149,11 @@ def c_string(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
 
 
+# kernels that call another kernel file's function: es_conv2d_i8_dot_add's epilogue is
+# es_add_i8 (lower/fuse_int8.py)
+KERNEL_DEPS = {"es_conv2d_i8_dot_add": ("add_int8.c",)}
+
+
 def _kernel_index() -> dict[str, str]:
     """C function name -> kernel source file that defines it."""
     idx = {}
@@ -575,7 +580,8 @@ def generate(g: Graph, plan: Plan, out_dir: Path, *, embedded: bool = False, cc:
         raise ConversionError(f"no kernel source in {RUNTIME / 'kernels'} defines {missing}",
                               where=", ".join(missing),
                               fix="report a bug: a lowering calls a kernel the runtime lacks")
-    kernels = sorted({idx[f] for f in fns if f in idx} | {"copy.c"})
+    kernels = sorted({idx[f] for f in fns if f in idx} | {"copy.c"}
+                     | {d for f in fns for d in KERNEL_DEPS.get(f, ())})
     for f in CORE_SOURCES + (PREPROCESS_SOURCES if preprocess is not None else []) + (
             THREADS_SOURCES if threads > 1 else []):
         shutil.copyfile(RUNTIME / f, out_dir / f)

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..graph import Call, Kernel, Ref
 from ..isa import VNNI
-from . import int8_mcu
+from . import fuse_int8, int8_mcu
 from . import kernels as K
 from .common import as2d, conv_pads, conv_params
 from .packing import bias_values, blocked_weights, depthwise_hwc, dot_operands, pack_pairs
@@ -88,8 +88,8 @@ def _choose(L: Lowerer, node, w: np.ndarray, bias: np.ndarray, x_zp: int,
         return K.CONV_I8, L.const_tensor(node.name + "_w", w, "i8"), bias
     if (mcu := int8_mcu.conv_kernel(L, node, w, p)) is not None:
         return (*mcu, bias)  # a Cortex-M: int8 weights in flash, widened at run time
-    if K.use_stem(p) and L.isa >= VNNI and (dot := dot_operands(w.reshape(m, -1, 1, 1), bias,
-                                                                x_zp)):
+    if K.use_stem(p) and L.isa >= VNNI and not fuse_int8.disabled() and (
+            dot := dot_operands(w.reshape(m, -1, 1, 1), bias, x_zp)):
         # a stem (RGB): the reduction over whole patches, taps in (c, kh, kw) order four to a
         # word, weights [M8][K4][8][4]; scratch: one output row's im2col block and the padded
         # input rows split by column phase

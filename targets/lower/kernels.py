@@ -134,6 +134,10 @@ CONV_I8_DOT = Kernel(
     "es_conv2d_i8_dot", dot_i8_scratch,
     lambda p: f"ES_I8_DOT_SCRATCH({_args(p, *_GEO)}, {int(p.get('x_quads', 0))})",
     reads_quads=True)
+# the same with a residual add in its epilogue (fuse_int8.py): same walk, same scratch
+CONV_I8_DOT_ADD = Kernel(
+    "es_conv2d_i8_dot_add", dot_i8_scratch,
+    lambda p: f"ES_I8_DOT_SCRATCH({_args(p, *_GEO)}, {int(p.get('x_quads', 0))})")
 # int8, one group, output channels in the lanes (small planes)
 CONV_I8_CL = Kernel("es_conv2d_i8_cl", cl_i8_scratch,
                     lambda p: f"ES_I8_CL_SCRATCH({_args(p, *_GEO)})")
@@ -158,4 +162,4 @@ DWCONV_F32 = Kernel("es_dwconv2d_f32", lambda p: dw_f32_scratch(p),
                         _args(p, "OH", "OW", "KH", "KW", "SH", "SW", "DH", "DW")))
 
 # kernels whose bias is bias_u8 (the u8 shift folded in)
-U8_KERNELS = (CONV_I8_DOT, CONV_I8_CL, CONV_I8_STEM)
+U8_KERNELS = (CONV_I8_DOT, CONV_I8_CL, CONV_I8_STEM, CONV_I8_DOT_ADD)

@@ -1,10 +1,12 @@
 """Whole-graph passes over a lowered INT8 graph, run by ``ir.lower`` in the order of
 ``INT8_PASSES`` once every node is lowered (a pass sees producers and readers that a
-per-node lowering cannot)."""
+per-node lowering cannot): the depthwise -> 1x1 quad hand-over, then conv + residual Add
+fusion (fuse_int8.py)."""
 
 from __future__ import annotations
 
 from ..graph import Graph, Step
+from .fuse_int8 import fuse_conv_add
 
 
 def _single_kernel_call(st: Step):
@@ -53,4 +55,4 @@ def hand_over_quads(g: Graph) -> int:
     return n
 
 
-INT8_PASSES = (hand_over_quads,)
+INT8_PASSES = (hand_over_quads, fuse_conv_add)

@@ -12,6 +12,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
+from torch import nn
 
 from edgesmith.compress.train import (
     HOLDOUT_FRACTION,
@@ -156,3 +158,25 @@ def test_ddp_with_a_world_size_that_does_not_divide_the_data_finishes(tmp_path, 
                     "--epochs", "2", "--batch-size", "50", timeout=120)
     assert res["train_samples"] % 2 == 1
     assert res["epochs_run"] == 2 and res["world_size"] == 2
+
+
+def _depthwise_net() -> nn.Module:
+    return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(),
+                         nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.ReLU(),
+                         nn.Conv2d(8, 8, 3, padding=1), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(8, 10))
+
+
+def test_a_depthwise_model_trains_channels_last_and_comes_back_contiguous(splits):
+    """Channels-last is a training-time speed-up only: the caller gets back the default
+    layout it traces, exports and prunes (an export of a channels-last model still works,
+    but torch-pruning and TorchScript users expect contiguous weights)."""
+    model = _depthwise_net()
+    seen = []
+    model[2].register_forward_pre_hook(
+        lambda _m, args: seen.append(args[0].is_contiguous(memory_format=torch.channels_last)))
+    small = SimpleNamespace(train_x=splits.train_x[:256], train_y=splits.train_y[:256],
+                            calib_x=splits.calib_x, calib_y=splits.calib_y)
+    fit(model, small, epochs=1, lr=0.01, seed=0)
+    assert any(seen)  # the training batches ran channels-last
+    assert all(p.is_contiguous() for p in model.parameters())

@@ -572,9 +572,38 @@ static void direct_segments(dot_block *b, int v0, int V, int Wp, int OW) {
     }
 }
 
-void es_conv2d_i8_dot(const int8_t *x, const int8_t *w8, const int32_t *bias_u8,
-                      const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
-                      const es_conv_params *p) {
+/* The residual add fused into the conv (es_conv2d_i8_dot_add): output pixels [lo, hi) of
+ * every channel, just requantised into y and still in cache, become es_add_i8(conv, skip)
+ * in place, the same function (and so the same bytes) the separate Add step computes. The
+ * walks call it every ADD_CHUNK flattened positions, so a chunk of all M channels (M x 256
+ * bytes) is still in L1 when it is added; the conv's output never makes a round trip
+ * through memory and the Add step's second pass over it is gone. */
+#define ADD_CHUNK 256
+
+typedef struct {
+    const int8_t *skip;      /* NULL: a plain conv */
+    const es_qadd_params *q; /* a = the conv's output, b = skip */
+} dot_add;
+
+static void add_pixels(const dot_add *a, int8_t *y, int M, int P, int lo, int hi) {
+    int m;
+    if (a->skip == NULL || hi <= lo) return;
+    for (m = 0; m < M; ++m) {
+        int8_t *ym = y + (size_t)m * P + lo;
+        es_add_i8(ym, a->skip + (size_t)m * P + lo, ym, hi - lo, a->q);
+    }
+}
+
+/* output pixels before flattened (phase-plane) position v of a direct walk: whole rows
+ * above it, and the row's columns before it up to OW (the rest are padded columns) */
+static int pixels_before(int v, int Wq, int OW) {
+    const int ow = v % Wq;
+    return v / Wq * OW + (ow < OW ? ow : OW);
+}
+
+static void dot_conv(const int8_t *x, const int8_t *w8, const int32_t *bias_u8,
+                     const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
+                     const es_conv_params *p, const dot_add *add) {
     const es_dot_plan d = es_i8_dot_plan(p);
     const int C4 = d.C4, T = d.T, K4 = T * C4, P = p->OH * p->OW, S = d.S;
     const size_t phase = (size_t)d.Hq * d.Wq;
@@ -608,6 +637,9 @@ void es_conv2d_i8_dot(const int8_t *x, const int8_t *w8, const int32_t *bias_u8,
         for (v0 = 0; v0 < V; v0 += 2 * TP) { /* tiles in pairs where there are two */
             dot_block b2 = b;
             int m0;
+            if (v0 > 0 && v0 % ADD_CHUNK == 0) /* the chunk before this tile is complete */
+                add_pixels(add, y, p->M, P, pixels_before(v0 - ADD_CHUNK, d.Wq, p->OW),
+                           pixels_before(v0, d.Wq, p->OW));
             b.base = (const uint8_t *)(xt + v0);
             b2.base = (const uint8_t *)(xt + v0 + TP);
             direct_segments(&b, v0, V, d.Wq, p->OW);
@@ -621,6 +653,8 @@ void es_conv2d_i8_dot(const int8_t *x, const int8_t *w8, const int32_t *bias_u8,
                 tile_8x32(&b, &b2, w8, K4, bias_u8, mult, shift, m0,
                           (p->M - m0) < TM ? (p->M - m0) : TM, y, P, p);
         }
+        add_pixels(add, y, p->M, P, pixels_before((V - 1) / ADD_CHUNK * ADD_CHUNK, d.Wq, p->OW),
+                   P); /* the last chunk */
         return;
     }
     /* the block's nt taps are consecutive in col: one run of nt * C4 quads */
@@ -643,7 +677,27 @@ void es_conv2d_i8_dot(const int8_t *x, const int8_t *w8, const int32_t *bias_u8,
             b.last = t0 + nt == T;
             tile_all(&b, w8, K4, bias_u8, mult, shift, y, p);
         }
+        if ((b.pix[0] + TP) % ADD_CHUNK == 0 || b.pix[0] + TP >= P)
+            add_pixels(add, y, p->M, P, b.pix[0] / ADD_CHUNK * ADD_CHUNK,
+                       b.pix[0] + TP < P ? b.pix[0] + TP : P);
     }
+}
+
+void es_conv2d_i8_dot(const int8_t *x, const int8_t *w8, const int32_t *bias_u8,
+                      const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
+                      const es_conv_params *p) {
+    const dot_add none = {NULL, NULL};
+    dot_conv(x, w8, bias_u8, mult, shift, scratch, y, p, &none);
+}
+
+void es_conv2d_i8_dot_add(const int8_t *x, const int8_t *w8, const int32_t *bias_u8,
+                          const int32_t *mult, const int32_t *shift, int32_t *scratch,
+                          int8_t *y, const int8_t *skip, const es_qadd_params *q,
+                          const es_conv_params *p) {
+    dot_add add;
+    add.skip = skip;
+    add.q = q;
+    dot_conv(x, w8, bias_u8, mult, shift, scratch, y, p, &add);
 }
 
 /* ---- the stem: few input channels (C <= 3), patch taps packed four to a word ----------
