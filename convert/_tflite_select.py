@@ -37,13 +37,8 @@ def float_tensors(fp32_onnx: Path, calibrated: Path, nodes: list[str], x: np.nda
     import onnx
 
     model = onnx.load(str(fp32_onnx))
+    check_nodes(model, nodes)
     by_name = {n.name: n for n in model.graph.node}
-    missing = [n for n in nodes if n not in by_name]
-    if missing:
-        raise ConversionError(f"float_nodes: no ONNX node named {missing[0]!r}",
-                              where="tflite int8 options",
-                              fix="name nodes of the optimized ONNX (model.onnx in the build "
-                                  "folder)")
     onnx_values = _onnx_values(model, x[:SAMPLES])
     tfl = _TFLite(calibrated, feed[:SAMPLES])
     twins = {name: t for name, v in onnx_values.items()
@@ -57,6 +52,22 @@ def float_tensors(fp32_onnx: Path, calibrated: Path, nodes: list[str], x: np.nda
     return {node: tfl.region(_output_twin(by_name[node], twins, consumers, consts),
                              set(twins.values()), node)
             for node in nodes}
+
+
+def check_nodes(model: Any, nodes: list[str]) -> None:
+    """Every name in ``nodes`` is a node of the ONNX ``model`` (a path or a ModelProto):
+    checked before onnx2tf runs, so a typo costs no conversion."""
+    import onnx
+
+    if isinstance(model, (str, Path)):
+        model = onnx.load(str(model), load_external_data=False)
+    names = {n.name for n in model.graph.node}
+    missing = [n for n in nodes if n not in names]
+    if missing:
+        raise ConversionError(f"float_nodes: no ONNX node named {missing[0]!r}",
+                              where="tflite int8 options",
+                              fix="name nodes of the optimized ONNX (model.onnx in the build "
+                                  "folder)")
 
 
 def _onnx_values(model: Any, x: np.ndarray) -> dict[str, np.ndarray]:

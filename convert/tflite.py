@@ -120,6 +120,8 @@ class TFLiteTarget(Target):
     def convert(self, ctx: ConvertContext) -> Artifact:
         precision = ctx.precision
         io = ctx.options.io if precision == "int8" else "float"
+        if precision == "int8" and ctx.options.float_nodes:
+            _tflite_select.check_nodes(ctx.fp32_onnx, list(ctx.options.float_nodes))
         produced = _convert_shared(ctx, precision, io)
         src = produced / f"{ctx.fp32_onnx.stem}_{_VARIANTS[(precision, io)]}.tflite"
         if not src.is_file():

@@ -177,17 +177,21 @@ def test_fallback_also_runs_for_a_budget_miss_with_parity_intact(cli, two_channe
     assert t["status"] == "ok" and fb["layers"] == [STEM]
 
 
-def test_a_float_node_openvino_does_not_have_is_a_clear_conversion_error(
-        cli, two_channel, tmp_path):
+@pytest.mark.parametrize("fmt,said", [
+    ("openvino", "float_nodes: no op of the OpenVINO model comes from ONNX node '/no/such'"),
+    ("tflite", "float_nodes: no ONNX node named '/no/such'"),
+])
+def test_a_float_node_the_model_does_not_have_is_a_clear_conversion_error(
+        cli, two_channel, tmp_path, fmt, said):
     data = _data(tmp_path / "data.npz", 1.0)
     profile = tmp_path / "profile.yaml"
     profile.write_text(PROFILE.format(
-        targets="  - {format: openvino, precision: int8, options: {float_nodes: [/no/such]}}",
+        targets=f"  - {{format: {fmt}, precision: int8, options: {{float_nodes: [/no/such]}}}}",
         budget=2.0))
     r = cli("convert", two_channel, "--data", data, "--profile", profile,
             "--out", tmp_path / "out")
     assert r.code == 4
-    assert "float_nodes: no op of the OpenVINO model comes from ONNX node '/no/such'" in r.err
+    assert said in r.err
     assert "Traceback" not in r.err
 
 
