@@ -50,7 +50,8 @@ class Usage(Exception):
 # --- figures ---------------------------------------------------------------------------
 
 def _pct(frac: float) -> float:
-    return round(100 * frac, 2)
+    """Percent, as a Python float (numpy scalars do not serialise to JSON)."""
+    return round(100 * float(frac), 2)
 
 
 def top1(correct: np.ndarray) -> dict[str, Any]:
@@ -72,10 +73,11 @@ def drop(ref: np.ndarray, art: np.ndarray) -> dict[str, Any]:
 
 def verdicts(row: dict[str, Any]) -> dict[str, bool]:
     """The issue's targets for one row (point estimates; the intervals say how sure)."""
-    return {"macs_removed": row["macs_reduction"] >= row["macs_target"] - 1e-9,
-            f"finetune_drop_le_{FT_BUDGET_PT}pt": row["drop_finetune"]["pt"] <= FT_BUDGET_PT,
-            f"qat_within_{QAT_BUDGET_PT}pt_of_pruned": row["drop_qat_vs_pruned"]["pt"]
-            <= QAT_BUDGET_PT}
+    return {"macs_removed": bool(row["macs_reduction"] >= row["macs_target"] - 1e-9),
+            f"finetune_drop_le_{FT_BUDGET_PT}pt": bool(row["drop_finetune"]["pt"]
+                                                       <= FT_BUDGET_PT),
+            f"qat_within_{QAT_BUDGET_PT}pt_of_pruned": bool(row["drop_qat_vs_pruned"]["pt"]
+                                                            <= QAT_BUDGET_PT)}
 
 
 # --- one model -------------------------------------------------------------------------

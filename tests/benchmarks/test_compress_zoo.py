@@ -4,6 +4,7 @@ reports, the targets name what was missed, and a bad request stops before any wo
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +54,7 @@ def test_a_finetune_drop_over_1_5_pt_is_named_as_missed_in_the_table(bench):
     row = _row(bench, fp32, ft, q)
     assert row["targets"] == {"macs_removed": True, "finetune_drop_le_1.5pt": False,
                               "qat_within_0.5pt_of_pruned": True}
+    assert json.loads(json.dumps(row))["targets"] == row["targets"]  # --json prints rows
     text = bench.table([row])
     assert "missed: finetune_drop_le_1.5pt" in text
     assert "+1.6 [" in text and "-51 %" in text
