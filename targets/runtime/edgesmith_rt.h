@@ -323,6 +323,16 @@ void es_conv2d_i8(const int8_t *x, const int8_t *w, const int32_t *bias, const i
 void es_conv2d_i8_mcu(const int8_t *x, const int8_t *w, const int32_t *bias,
                       const int32_t *mult, const int32_t *shift, int16_t *scratch, int8_t *y,
                       const es_conv_params *p);
+/* depthwise on a microcontroller (kernels/dwconv_int8_mcu.c): int8 weights [C][KH][KW] as
+ * ONNX has them, widened at run time (SMLAD on tap pairs with the DSP extension); scratch:
+ * the channel's padded input plane as int16 */
+#define ES_I8_DW_MCU_SCRATCH(OH, OW, KH, KW, SH, SW, DH, DW)                                \
+    (2u * ((unsigned)((OH) - 1) * (unsigned)(SH) + (unsigned)((KH) - 1) * (unsigned)(DH) + 1u) * \
+     ((unsigned)((OW) - 1) * (unsigned)(SW) + (unsigned)((KW) - 1) * (unsigned)(DW) + 1u))
+#define ES_I8_DW_MCU_MAX_PAIRS 64 /* KH * (KW / 2) the DSP path widens on the stack */
+void es_dwconv2d_i8_mcu(const int8_t *x, const int8_t *w, const int32_t *bias,
+                        const int32_t *mult, const int32_t *shift, int16_t *scratch, int8_t *y,
+                        const es_conv_params *p);
 /* fast paths (kernels/conv_int8_fast.c), bit-identical to es_conv2d_i8. es_conv2d_i8_fast
  * (any grouping): four int32 output planes, then the input widened to int16 */
 #define ES_I8_FAST_SCRATCH(C, H, W, OH, OW)                                                 \
