@@ -72,7 +72,7 @@ def _block_qdq(path: Path, kind: str) -> Path:
     """A residual block quantized by onnxruntime's static QDQ quantizer on random data:
     'mnv2' an inverted residual (1x1 expand 16->48, ReLU6, depthwise 3x3, 1x1 project
     48->16, + the block input) on 16x19x23, or 'resnet' a basic block (3x3 20->20, ReLU,
-    3x3 20->20, + the block input, ReLU) on 20x21x17, each after a stem conv."""
+    3x3 20->20, the block input + it, ReLU) on 20x21x17, each after a stem conv."""
     import torch
 
     from tests.targets._helpers import _qdq, export
@@ -94,8 +94,9 @@ def _block_qdq(path: Path, kind: str) -> Path:
 
         def forward(self, x):
             h = self.stem(x)
-            y = self.body(h) + h
-            return torch.relu(y) if kind == "resnet" else y
+            if kind == "mnv2":
+                return self.body(h) + h  # the conv's output is the Add's first input
+            return torch.relu(h + self.body(h))  # its second: the fused add swaps them
 
     torch.manual_seed(1)
     shape = (3, 19, 23) if kind == "mnv2" else (3, 21, 17)
