@@ -488,7 +488,9 @@ def _parallel_case(st: Any, i: int, w: _Writer, split: Split) -> str:
             "    const unsigned char *W = m->weights.payload;", "    (void)A;", "    (void)W;",
             "    switch (k) {"]
     for k, (c, (lo, hi)) in enumerate(zip(split.calls, split.ranges, strict=True)):
-        scratch = f"(void *)(SCRATCH_{i} + {k * split.stride})"
+        # a slice that needs no scratch (e.g. a 1x1 conv reading quad planes) gets the
+        # arena's start, as a whole step does
+        scratch = f"(void *)(SCRATCH_{i} + {k * split.stride})" if split.stride else "(void *)A"
         c = type(c)(c.fn, [scratch if getattr(a, "name", "") == "__scratch" else a
                            for a in c.args], c.kernel)
         call = w.call(c, i, f"{st.name}_t{k}").replace("\n", "\n" + " " * 4)

@@ -81,6 +81,27 @@ def test_threaded_outputs_equal_single_thread_exactly(request, work, model, prec
     assert np.array_equal(a, b), f"max |diff| {np.abs(a - b).max()}"
 
 
+@pytest.mark.parametrize("precision", ["int8", "fp32"])
+def test_native_isa_kernels_split_equal_single_thread(request, work, precision):
+    """-O3 -march=native: the kernels the host's ISA picks (with AVX-512 VNNI the int8
+    dot-product convs, pixels or channels in the lanes), split over 3 threads (ranges
+    of unequal size) against one thread, every step above no threshold split."""
+    from edgesmith.targets.isa import has_vnni
+
+    src = request.getfixturevalue("mnv2_qdq" if precision == "int8" else "mnv2_onnx")
+    kw = {"precision": precision, "cflags": "-O3 -march=native"}
+    single = generate(src, work / f"mnv2_{precision}_native_t1", **kw)
+    multi = generate(src, work / f"mnv2_{precision}_native_t3", threads=3, split_min_macs=0,
+                     **kw)
+    split = set(_parallel_steps(multi))
+    if precision == "int8" and has_vnni("cc", "-O3 -march=native"):
+        assert {"es_conv2d_i8_dot", "es_conv2d_i8_cl", "es_dwconv2d_i8_hwc"} <= split, split
+    (ishape,), _ = run.io_shapes(single)
+    x = _inputs(ishape)
+    a, b = run.run(single, x), run.run(multi, x)
+    assert np.array_equal(a, b), f"max |diff| {np.abs(a - b).max()}"
+
+
 def test_one_thread_generates_the_single_thread_code(work, digits_qdq, digits_c_int8):
     """threads: 1 is today's code path: same model.c, no pool sources, no pthread."""
     one = _threaded(digits_qdq, work / "digits_int8_t1_explicit", "int8", 1)
