@@ -94,8 +94,8 @@ class OpenVINOTarget(Target):
             if precision == "int8" and source is not None:
                 meta["source"] = "QAT export (Q/DQ pairs -> FakeQuantize)"
             elif precision == "int8":
-                model = _stage(ctx, "int8 calibration (nncf.quantize)",
-                               lambda: _quantize(model, ctx))
+                model, ignored = _stage(ctx, "int8 calibration (nncf.quantize)",
+                                        lambda: _quantize(model, ctx))
                 meta["source"] = "post-training nncf.quantize"
                 meta["calibration"] = ctx.calib.summary()
                 meta["nncf"] = {"preset": ctx.options.preset, "activations": "per-tensor",
@@ -104,6 +104,7 @@ class OpenVINOTarget(Target):
                                                       else "mean of per-sample min/max")}
                 if ctx.options.float_nodes:
                     meta["float_nodes"] = list(ctx.options.float_nodes)
+                    meta["nncf"]["ignored_scope"] = ignored  # the OpenVINO ops left in float
             else:
                 meta["source"] = "optimized export"
             _stable_names(model)
@@ -137,7 +138,8 @@ class OpenVINOTarget(Target):
         return spec
 
 
-def _quantize(model, ctx: ConvertContext):
+def _quantize(model, ctx: ConvertContext) -> tuple[Any, list[str]]:
+    """The INT8 model, and the OpenVINO ops nncf was told to leave in float."""
     import nncf
 
     calib = ctx.calib
@@ -165,12 +167,12 @@ def _quantize(model, ctx: ConvertContext):
     for _ in range(MAX_ROUNDS):
         carriers = [n for n in _output_quantizer_users(quantized, kept) if n not in ignored]
         if not carriers:
-            return quantized
+            return quantized, ignored
         ctx.log(f"float_nodes: the quantizers on the outputs of {kept} sit on the inputs of "
                 f"{carriers}; ignoring those as well")
         ignored += carriers
         quantized = run()
-    return quantized
+    return quantized, ignored
 
 
 def _output_quantizer_users(quantized, ops: list[str]) -> list[str]:

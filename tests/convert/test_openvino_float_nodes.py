@@ -41,30 +41,33 @@ def onnx_model(tmp_path_factory) -> tuple[Path, np.ndarray]:
     return path, calib
 
 
-def _quantizers(path: Path, float_nodes: list[str], folder: Path) -> dict[str, str]:
-    """Each FakeQuantize of the INT8 IR: the type of the op whose output it quantizes."""
+def _quantizers(path: Path, float_nodes: list[str], folder: Path) -> tuple[dict[str, str], dict]:
+    """Each FakeQuantize of the INT8 IR -> the type of the op whose output it quantizes;
+    and the artifact's meta."""
     import openvino as ov
 
     onnx_path, calib = path
     ctx = make_ctx(OpenVINOTarget, "openvino", "int8", onnx_path, calib, folder,
                    float_nodes=float_nodes)
-    xml = OpenVINOTarget().convert(ctx).path
-    model = ov.Core().read_model(str(xml))
+    art = OpenVINOTarget().convert(ctx)
+    model = ov.Core().read_model(str(art.path))
     return {op.get_friendly_name(): op.input_value(0).get_node().get_type_name()
-            for op in model.get_ops() if op.get_type_name() == "FakeQuantize"}
+            for op in model.get_ops() if op.get_type_name() == "FakeQuantize"}, art.meta
 
 
 def test_a_float_hardswish_loses_the_quantizer_nncf_put_on_its_consumer(onnx_model,
                                                                         tmp_path):
-    plain = _quantizers(onnx_model, [], tmp_path / "plain")
-    kept = _quantizers(onnx_model, ["/HardSwish"], tmp_path / "kept")
+    plain, _ = _quantizers(onnx_model, [], tmp_path / "plain")
+    kept, meta = _quantizers(onnx_model, ["/HardSwish"], tmp_path / "kept")
     assert "HSwish" in plain.values()  # the quantizer the activation's name does not reach
     assert "HSwish" not in kept.values()
     assert len(kept) == len(plain) - 1  # only that one
+    assert meta["nncf"]["ignored_scope"] == ["/HardSwish", "/c2/Conv/WithoutBiases"]
 
 
 def test_a_float_sigmoid_maps_to_the_swish_openvino_fused_it_into(onnx_model, tmp_path):
-    plain = _quantizers(onnx_model, [], tmp_path / "plain")
-    kept = _quantizers(onnx_model, ["/Sigmoid"], tmp_path / "kept")
+    plain, _ = _quantizers(onnx_model, [], tmp_path / "plain")
+    kept, meta = _quantizers(onnx_model, ["/Sigmoid"], tmp_path / "kept")
     assert "Swish" in plain.values() and "Swish" not in kept.values()
     assert len(kept) == len(plain) - 1
+    assert meta["nncf"]["ignored_scope"] == ["/Mul", "/c3/Conv/WithoutBiases"]
