@@ -77,12 +77,16 @@ def dw_hwc_scratch(p: dict) -> int:
 
 
 def dw_f32_scratch(p: dict) -> int:
-    """Bytes of es_dwconv2d_f32 scratch; mirrors ES_F32_DW_SCRATCH: the SH x SW stride
-    phases of one padded channel plane (HQ x WQ each, plus WQ + 32 floats read past the
+    """Bytes of es_dwconv2d_f32 scratch; mirrors ES_F32_DW_SCRATCH: on planes of at most
+    64 outputs 16 channels' padded input, outputs, weights and biases; otherwise the SH x SW
+    stride phases of one padded channel plane (HQ x WQ each, plus WQ + 32 floats read past the
     end), the OH x WQ output grid + 32, and one padded row of WQ * SW floats."""
     def q(o: str, k: str, s: str, d: str) -> int:
         return ((p[o] - 1) * p[s] + (p[k] - 1) * p[d] + p[s]) // p[s]
 
+    if p["OH"] * p["OW"] <= 64:  # ES_F32_DW_LANES: 16 channels in the lanes
+        hp, wp = padded(p)
+        return 64 * (hp * wp + p["OH"] * p["OW"] + p["KH"] * p["KW"] + 1)
     hq, wq = q("OH", "KH", "SH", "DH"), q("OW", "KW", "SW", "DW")
     return 4 * (p["SH"] * p["SW"] * (hq * wq + wq + 32) + p["OH"] * wq + 32 + wq * p["SW"])
 
@@ -101,6 +105,29 @@ def use_stem(p: dict) -> bool:
     where channel quads would leave a quarter or more of every word padding (3 of 4 bytes
     for RGB) and whole patches packed four taps to a word do not (27 taps in 7 words)."""
     return p["group"] == 1 and p["C"] < 4 and p["KH"] * p["KW"] > 1
+
+
+def gemm_f32_direct(p: dict) -> bool:
+    """Whether es_conv2d_f32_gemm reads the input in place (ES_F32_GEMM_DIRECT): a 1x1,
+    stride-1, unpadded conv, whose input is already the [C][P] matrix."""
+    return (p["KH"] == p["KW"] == p["SH"] == p["SW"] == 1 and p["PT"] == p["PL"] == 0
+            and p["OH"] == p["H"] and p["OW"] == p["W"])
+
+
+def gemm_f32_scratch(p: dict) -> int:
+    """Bytes of es_conv2d_f32_gemm scratch; mirrors ES_F32_GEMM_SCRATCH. In place: two
+    tables of K row offsets and a K x 32 im2col tile for the last partial tile. Otherwise:
+    K row offsets, an 8 x 32 output tile, each channel's SH x SW stride phases of its
+    padded plane (HQ x WQ + WQ + 32 floats each, as dw_f32_scratch) and one padded row."""
+    def k16(k: int) -> int:
+        return -(-k // 16) * 16
+
+    if gemm_f32_direct(p):
+        return 4 * (2 * k16(p["C"]) + 32 * p["C"])
+    hq = ((p["OH"] - 1) * p["SH"] + (p["KH"] - 1) * p["DH"] + p["SH"]) // p["SH"]
+    wq = ((p["OW"] - 1) * p["SW"] + (p["KW"] - 1) * p["DW"] + p["SW"]) // p["SW"]
+    return 4 * (k16(p["C"] * p["KH"] * p["KW"]) + 256
+                + p["C"] * p["SH"] * p["SW"] * (hq * wq + wq + 32) + wq * p["SW"])
 
 
 def use_cl(p: dict) -> bool:
@@ -153,10 +180,13 @@ DWCONV_I8_HWC = Kernel(
     lambda p: "ES_I8_DW_HWC_SCRATCH({}, {})".format(
         _args(p, "KH", "KW", "DH", "DW", "W", "OW"), padded(p)[1]),
     writes_quads=True)
-# float32: the reference needs no scratch; the GEMM an im2col tile, depthwise a padded plane
+# float32: the reference needs no scratch; the GEMM offsets and the stride phases of the
+# padded input (or an im2col tile, in place), depthwise one channel's phases
 CONV_F32 = Kernel("es_conv2d_f32")
-CONV_F32_GEMM = Kernel("es_conv2d_f32_gemm", lambda p: 4 * 32 * p["C"] * p["KH"] * p["KW"],
-                       lambda p: f"ES_F32_GEMM_SCRATCH({p['C'] * p['KH'] * p['KW']})")
+CONV_F32_GEMM = Kernel("es_conv2d_f32_gemm", lambda p: gemm_f32_scratch(p),
+                       lambda p: "ES_F32_GEMM_SCRATCH({}, {})".format(
+                           _args(p, "C", "OH", "OW", "KH", "KW", "SH", "SW", "DH", "DW"),
+                           int(gemm_f32_direct(p))))
 DWCONV_F32 = Kernel("es_dwconv2d_f32", lambda p: dw_f32_scratch(p),
                     lambda p: "ES_F32_DW_SCRATCH({})".format(
                         _args(p, "OH", "OW", "KH", "KW", "SH", "SW", "DH", "DW")))

@@ -267,15 +267,39 @@ typedef struct { /* es_global_avgpool_i8: C channels of HW int8 values -> C mean
 /* ---- float32 kernels ------------------------------------------------------------------- */
 void es_conv2d_f32(const float *x, const float *w, const float *b, float *y,
                    const es_conv_params *p);
-/* fast paths (kernels/conv_f32_fast.c): one-group im2col + 4x16 FMA GEMM; depthwise */
-#define ES_F32_GEMM_SCRATCH(K) (4u * 32u * (unsigned)(K))
+/* fast paths (kernels/conv_f32_fast.c): one-group 8x32 GEMM on packed weights; depthwise.
+ * The GEMM reads a 1x1 stride-1 unpadded conv's input in place (ES_F32_GEMM_DIRECT: K row
+ * offsets twice and a 32-pixel im2col tile for the last partial tile), every other conv
+ * from the stride phases of each channel's padded plane (K row offsets, an 8 x 32 output
+ * tile, C x SH x SW phases of HQ x WQ + WQ + 32 floats, one padded row of WQ x SW). */
+#define ES_F32_K16(K) (((unsigned)(K) + 15u) / 16u * 16u)
+#define ES_F32_GEMM_DIRECT(C, H, W, OH, OW, KH, KW, SH, SW, PT, PL)                           \
+    ((KH) == 1 && (KW) == 1 && (SH) == 1 && (SW) == 1 && (PT) == 0 && (PL) == 0 &&        \
+     (OH) == (H) && (OW) == (W))
+#define ES_F32_GEMM_SCRATCH(C, OH, OW, KH, KW, SH, SW, DH, DW, direct)                         \
+    (4u * ((direct) ? 2u * ES_F32_K16(C) + 32u * (unsigned)(C)                                 \
+                    : ES_F32_K16((C) * (KH) * (KW)) + 256u +                                   \
+                          (unsigned)(C) * (unsigned)((SH) * (SW)) *                            \
+                              ((unsigned)ES_F32_DW_HQ(OH, KH, SH, DH) *                        \
+                                   (unsigned)ES_F32_DW_HQ(OW, KW, SW, DW) +                    \
+                               (unsigned)ES_F32_DW_HQ(OW, KW, SW, DW) + 32u) +                 \
+                          (unsigned)ES_F32_DW_HQ(OW, KW, SW, DW) * (unsigned)(SW)))
 /* es_dwconv2d_f32: the SH x SW stride phases of a channel's padded plane, each
  * ES_F32_DW_HQ(OH, KH, SH, DH) x ES_F32_DW_HQ(OW, KW, SW, DW) plus WQ + 32 floats of slack,
  * the OH x WQ output grid + 32, and one padded row of WQ * SW floats. Taps are summed in
  * groups of at most ES_F32_DW_MAXTAPS. */
 #define ES_F32_DW_MAXTAPS 64
 #define ES_F32_DW_HQ(O, K, S, D) ((((O) - 1) * (S) + ((K) - 1) * (D) + (S)) / (S))
+/* planes of at most 64 outputs run 16 channels in the lanes: the padded input of 16
+ * channels as [Hp][Wp][16], the [OH OW][16] outputs, the [KH KW][16] weights and 16 biases */
+#define ES_F32_DW_LANES(OH, OW) ((OH) * (OW) <= 64)
 #define ES_F32_DW_SCRATCH(OH, OW, KH, KW, SH, SW, DH, DW)                                  \
+    (ES_F32_DW_LANES(OH, OW)                                                              \
+         ? 64u * (((unsigned)((OH) - 1) * (unsigned)(SH) + (unsigned)((KH) - 1) * (unsigned)(DH) + 1u) * \
+                      ((unsigned)((OW) - 1) * (unsigned)(SW) + (unsigned)((KW) - 1) * (unsigned)(DW) + 1u) + \
+                  (unsigned)((OH) * (OW)) + (unsigned)((KH) * (KW)) + 1u)                     \
+         : ES_F32_DW_PHASE_SCRATCH(OH, OW, KH, KW, SH, SW, DH, DW))
+#define ES_F32_DW_PHASE_SCRATCH(OH, OW, KH, KW, SH, SW, DH, DW)                            \
     (4u * ((unsigned)((SH) * (SW)) *                                                      \
                ((unsigned)ES_F32_DW_HQ(OH, KH, SH, DH) * (unsigned)ES_F32_DW_HQ(OW, KW, SW, DW) + \
                 (unsigned)ES_F32_DW_HQ(OW, KW, SW, DW) + 32u) +                           \

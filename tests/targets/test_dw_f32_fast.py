@@ -1,8 +1,9 @@
-"""The fp32 depthwise kernel (stride phases of the padded plane, 32 outputs per pass with
-every tap in registers) agrees with the reference es_conv2d_f32 to 1e-5 of the output's
-magnitude on MobileNet shapes and odd ones (planes narrower than a vector, stride 2 and 3,
-asymmetric padding, dilation, 1-D, more than 64 taps), in every build the runtime has
-(portable, AVX2, AVX-512, NEON under qemu), stays inside exactly ES_F32_DW_SCRATCH bytes
+"""The fp32 depthwise kernels (stride phases of the padded plane, 32 outputs per pass with
+every tap in registers; on planes of at most 64 outputs, 16 channels in the lanes) agree
+with the reference es_conv2d_f32 to 1e-5 of the output's magnitude on MobileNet shapes and
+odd ones (planes narrower than a vector, stride 2 and 3, asymmetric padding, dilation, 1-D,
+more than 64 taps, channel counts not a multiple of 16), in every build the runtime has
+(portable, AVX2, AVX-512, NEON under qemu), stay inside exactly ES_F32_DW_SCRATCH bytes
 under AddressSanitizer, and the generator plans the same bytes as the C macro."""
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ CASES = [
     (4, 1, 40, 1, 7, 1, 2, 0, 3, 0, 3, 1, 1, 1),      # 1-D (H = 1), 1x7 stride 2
     (2, 12, 12, 9, 9, 1, 1, 4, 4, 4, 4, 1, 1, 2),     # 81 taps: two groups of at most 64
     (1, 2, 2, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 0),       # output 1x1
+    # planes of at most 64 outputs: 16 channels in the lanes (ES_F32_DW_LANES)
+    (40, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2),      # 6x6, 40 = 16 + 16 + 8 channels
+    (33, 5, 5, 5, 5, 1, 1, 2, 2, 2, 2, 1, 1, 3),      # 5x5 taps on 5x5, leaky
+    (20, 15, 15, 5, 5, 2, 2, 2, 2, 2, 2, 1, 1, 1),    # 5x5 stride 2 -> 8x8: 64, the last
+    (20, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0),      # 72 outputs: the phase kernel again
 ]
 
 

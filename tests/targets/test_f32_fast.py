@@ -53,6 +53,28 @@ def test_fast_f32_conv_matches_reference(name, cc, flags, wrapper, tmp_path):
         assert p.returncode == 0, f"{name} {args}: {p.stdout}{p.stderr}"
 
 
+def test_fast_f32_gemm_stays_inside_its_scratch_and_the_generator_plans_it(tmp_path):
+    """Under AddressSanitizer with exactly ES_F32_GEMM_SCRATCH bytes (in place and through
+    the stride phases), and kernels.gemm_f32_scratch plans the same bytes as the macro."""
+    from edgesmith.targets.lower.kernels import gemm_f32_scratch
+
+    b = tmp_path / "check_asan"
+    subprocess.run(["cc", "-O1", "-g", "-march=native", "-fsanitize=address,undefined",
+                    "-fno-sanitize-recover", "-std=c99", "-Wall", "-Wextra", "-Werror",
+                    f"-I{RT}", str(CHECK), str(RT / "kernels/conv_f32.c"),
+                    str(RT / "kernels/conv_f32_fast.c"), "-o", str(b), "-lm"], check=True)
+    keys = ["C", "H", "W", "M", "KH", "KW", "SH", "SW", "PT", "PL", "DH", "DW", "group"]
+    env = {"ASAN_OPTIONS": "detect_leaks=0", "PATH": "/usr/bin:/bin"}
+    for args in _cases(30, seed=5):
+        p = subprocess.run([str(b), *map(str, args)], capture_output=True, text=True,
+                           timeout=120, env=env)
+        assert p.returncode == 0, f"{args}: {p.stdout}{p.stderr}"
+        if args[12] == 1:
+            geo = {**dict(zip(keys, args[:13], strict=True)), "OH": args[15], "OW": args[16]}
+            got = int(next(x for x in p.stdout.splitlines() if x.startswith("scratch")).split()[1])
+            assert got == gemm_f32_scratch(geo), (args, got)
+
+
 def test_generated_f32_model_uses_fast_conv_and_reference_switch(digits_onnx):
     from edgesmith.targets.ir import lower
 

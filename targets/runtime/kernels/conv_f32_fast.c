@@ -104,7 +104,7 @@ static __m512 act512(__m512 v, const es_conv_params *p) {
 
 /* y[r][j] = act(b8[r] + sum_k wp[8k + r] col[k][j]) for r < nr, j < nj <= 16 nv: 8 output
  * channels x 16 nv pixels (nv = 1 only for a plane's last 16 or fewer) */
-static inline void mk_f32_8xv(const float *col, size_t ldc, int K, const float *wp,
+static inline void mk_f32_8xv(const float *col, const int32_t *off, int K, const float *wp,
                               const float *b8, float *y, size_t ldy, int nr, int nj, int nv,
                               const es_conv_params *p) {
     __m512 a0[ES_F32_MR], a1[ES_F32_MR];
@@ -112,7 +112,7 @@ static inline void mk_f32_8xv(const float *col, size_t ldc, int K, const float *
     int r, k;
     for (r = 0; r < ES_F32_MR; ++r) a0[r] = a1[r] = _mm512_set1_ps(b8[r]);
     for (k = 0; k < K; ++k) {
-        const float *cp = col + (size_t)k * ldc, *wk = wp + (size_t)k * ES_F32_MR;
+        const float *cp = col + off[k], *wk = wp + (size_t)k * ES_F32_MR;
         const __m512 c0 = _mm512_loadu_ps(cp);
         const __m512 c1 = nv > 1 ? _mm512_loadu_ps(cp + 16) : c0;
         for (r = 0; r < ES_F32_MR; ++r) {
@@ -127,13 +127,13 @@ static inline void mk_f32_8xv(const float *col, size_t ldc, int K, const float *
     }
 }
 
-static void mk_f32_block(const float *col, size_t ldc, int K, const float *wp,
+static void mk_f32_block(const float *col, const int32_t *off, int K, const float *wp,
                          const float *b8, float *y, size_t ldy, int nr, int nj,
                          const es_conv_params *p) {
     if (nj > 16)
-        mk_f32_8xv(col, ldc, K, wp, b8, y, ldy, nr, nj, 2, p);
+        mk_f32_8xv(col, off, K, wp, b8, y, ldy, nr, nj, 2, p);
     else
-        mk_f32_8xv(col, ldc, K, wp, b8, y, ldy, nr, nj, 1, p);
+        mk_f32_8xv(col, off, K, wp, b8, y, ldy, nr, nj, 1, p);
 }
 #elif defined(__AVX2__) && defined(__FMA__)
 static __m256 act256(__m256 v, const es_conv_params *p) {
@@ -147,13 +147,13 @@ static __m256 act256(__m256 v, const es_conv_params *p) {
 }
 
 /* 4 of the block's 8 channels (wp, b4 offset to the first) x 16 pixels on 8 ymm */
-static void mk_f32_4x16(const float *col, size_t ldc, int K, const float *wp, const float *b4,
+static void mk_f32_4x16(const float *col, const int32_t *off, int K, const float *wp, const float *b4,
                         float *y, size_t ldy, int nr, int nj, const es_conv_params *p) {
     __m256 s[4][2];
     int r, k;
     for (r = 0; r < 4; ++r) s[r][0] = s[r][1] = _mm256_set1_ps(b4[r]);
     for (k = 0; k < K; ++k) {
-        const float *cp = col + (size_t)k * ldc, *wk = wp + (size_t)k * ES_F32_MR;
+        const float *cp = col + off[k], *wk = wp + (size_t)k * ES_F32_MR;
         const __m256 c0 = _mm256_loadu_ps(cp), c1 = _mm256_loadu_ps(cp + 8);
         for (r = 0; r < 4; ++r) {
             const __m256 w = _mm256_broadcast_ss(wk + r);
@@ -175,13 +175,13 @@ static void mk_f32_4x16(const float *col, size_t ldc, int K, const float *wp, co
     }
 }
 
-static void mk_f32_block(const float *col, size_t ldc, int K, const float *wp,
+static void mk_f32_block(const float *col, const int32_t *off, int K, const float *wp,
                          const float *b8, float *y, size_t ldy, int nr, int nj,
                          const es_conv_params *p) {
     int h, j;
     for (h = 0; h < 2 && 4 * h < nr; ++h)
         for (j = 0; j < nj; j += 16)
-            mk_f32_4x16(col + j, ldc, K, wp + 4 * h, b8 + 4 * h, y + (size_t)4 * h * ldy + j,
+            mk_f32_4x16(col + j, off, K, wp + 4 * h, b8 + 4 * h, y + (size_t)4 * h * ldy + j,
                         ldy, nr - 4 * h < 4 ? nr - 4 * h : 4, nj - j < 16 ? nj - j : 16, p);
 }
 #elif defined(__ARM_NEON) && defined(__aarch64__)
@@ -197,13 +197,13 @@ static float32x4_t act_neon(float32x4_t v, const es_conv_params *p) {
 
 /* 8 channels x 8 pixels on 16 q registers: the 8 weights of k in two registers, each
  * multiplied by lane into both pixel vectors */
-static void mk_f32_8x8(const float *col, size_t ldc, int K, const float *wp, const float *b8,
+static void mk_f32_8x8(const float *col, const int32_t *off, int K, const float *wp, const float *b8,
                        float *y, size_t ldy, int nr, int nj, const es_conv_params *p) {
     float32x4_t s[8][2];
     int r, k;
     for (r = 0; r < 8; ++r) s[r][0] = s[r][1] = vdupq_n_f32(b8[r]);
     for (k = 0; k < K; ++k) {
-        const float *cp = col + (size_t)k * ldc, *wk = wp + (size_t)k * ES_F32_MR;
+        const float *cp = col + off[k], *wk = wp + (size_t)k * ES_F32_MR;
         const float32x4_t c0 = vld1q_f32(cp), c1 = vld1q_f32(cp + 4);
         const float32x4_t w0 = vld1q_f32(wk), w1 = vld1q_f32(wk + 4);
 #define ES_LANE(R, W, L)                                 \
@@ -221,16 +221,16 @@ static void mk_f32_8x8(const float *col, size_t ldc, int K, const float *wp, con
     }
 }
 
-static void mk_f32_block(const float *col, size_t ldc, int K, const float *wp,
+static void mk_f32_block(const float *col, const int32_t *off, int K, const float *wp,
                          const float *b8, float *y, size_t ldy, int nr, int nj,
                          const es_conv_params *p) {
     int j;
     for (j = 0; j < nj; j += 8)
-        mk_f32_8x8(col + j, ldc, K, wp, b8, y + j, ldy, nr, nj - j < 8 ? nj - j : 8, p);
+        mk_f32_8x8(col + j, off, K, wp, b8, y + j, ldy, nr, nj - j < 8 ? nj - j : 8, p);
 }
 #else
 /* portable: the same block as plain loops (GCC -O3 vectorises the pixel loop) */
-static void mk_f32_block(const float *col, size_t ldc, int K, const float *wp,
+static void mk_f32_block(const float *col, const int32_t *off, int K, const float *wp,
                          const float *b8, float *y, size_t ldy, int nr, int nj,
                          const es_conv_params *p) {
     float s[ES_F32_MR][ES_F32_TP];
@@ -238,7 +238,7 @@ static void mk_f32_block(const float *col, size_t ldc, int K, const float *wp,
     for (r = 0; r < ES_F32_MR; ++r)
         for (j = 0; j < ES_F32_TP; ++j) s[r][j] = b8[r];
     for (k = 0; k < K; ++k) {
-        const float *cp = col + (size_t)k * ldc, *wk = wp + (size_t)k * ES_F32_MR;
+        const float *cp = col + off[k], *wk = wp + (size_t)k * ES_F32_MR;
         for (r = 0; r < ES_F32_MR; ++r)
             for (j = 0; j < ES_F32_TP; ++j) s[r][j] += wk[r] * cp[j];
     }
@@ -250,7 +250,7 @@ static void mk_f32_block(const float *col, size_t ldc, int K, const float *wp,
 /* Small planes, channels in the lanes: y[m][j] for one pixel j and every m, four blocks of
  * 8 channels at a time (four independent sums, so the FMA latency overlaps); plain loops
  * over the 8 lanes, which compilers turn into one vector each. */
-static void lanes_f32(const float *col, size_t ldc, int K, int M, const float *wp,
+static void lanes_f32(const float *col, const int32_t *off, int K, int M, const float *wp,
                       const float *b, float *y, size_t ldy, const es_conv_params *p) {
     const int nb = (M + ES_F32_MR - 1) / ES_F32_MR;
     int mb, q, k, r;
@@ -260,7 +260,7 @@ static void lanes_f32(const float *col, size_t ldc, int K, int M, const float *w
         for (q = 0; q < 4; ++q)
             for (r = 0; r < ES_F32_MR; ++r) s[q][r] = 0.0f;
         for (k = 0; k < K; ++k) {
-            const float xv = col[(size_t)k * ldc];
+            const float xv = col[off[k]];
             for (q = 0; q < 4; ++q) {
                 const float *wk = wp + ((size_t)(mb + (q < nq ? q : 0)) * K + k) * ES_F32_MR;
                 for (r = 0; r < ES_F32_MR; ++r) s[q][r] += xv * wk[r];
@@ -271,33 +271,6 @@ static void lanes_f32(const float *col, size_t ldc, int K, int M, const float *w
                 const int m = (mb + q) * ES_F32_MR + r;
                 y[(size_t)m * ldy] = act1(b[m] + s[q][r], p->act, p->a0, p->a1);
             }
-    }
-}
-
-void es_conv2d_f32_gemm(const float *x, const float *w, const float *b, float *scratch,
-                        float *y, const es_conv_params *p) {
-    const int K = p->C * p->KH * p->KW, P = p->OH * p->OW, M = p->M;
-    const int direct = p->KH == 1 && p->KW == 1 && p->SH == 1 && p->SW == 1 && p->PT == 0 &&
-                       p->PL == 0 && p->OH == p->H && p->OW == p->W;
-    int p0, m0, r;
-    for (p0 = 0; p0 < P; p0 += ES_F32_TP) {
-        const int nj = P - p0 < ES_F32_TP ? P - p0 : ES_F32_TP;
-        const int inplace = direct && nj == ES_F32_TP;
-        const float *col = inplace ? x + p0 : scratch;
-        const size_t ldc = inplace ? (size_t)P : ES_F32_TP;
-        if (!inplace) im2col_f32(x, scratch, p0, K, p);
-        if (P <= ES_F32_LANES_P) {
-            int j;
-            for (j = 0; j < nj; ++j) lanes_f32(col + j, ldc, K, M, w, b, y + p0 + j, P, p);
-            continue;
-        }
-        for (m0 = 0; m0 < M; m0 += ES_F32_MR) {
-            const int nr = M - m0 < ES_F32_MR ? M - m0 : ES_F32_MR;
-            float b8[ES_F32_MR];
-            for (r = 0; r < ES_F32_MR; ++r) b8[r] = r < nr ? b[m0 + r] : 0.0f;
-            mk_f32_block(col, ldc, K, w + (size_t)m0 * K, b8, y + (size_t)m0 * P + p0,
-                         (size_t)P, nr, nj, p);
-        }
     }
 }
 
@@ -440,6 +413,57 @@ static void dwf_phases(float *ph, float *row, const float *xc, const es_conv_par
         }
 }
 
+/* Small planes (ES_F32_DW_LANES: at most 64 outputs, late in a MobileNet), 16 channels in
+ * the lanes, as XNNPACK's f32-dwconv does on NHWC: per block of 16 channels the padded
+ * input is transposed to [Hp][Wp][16] and the weights to [tap][16], each output pixel is
+ * one 16-lane sum over the taps, and the [OH OW][16] results go back to the channel planes.
+ * Per channel, the phase kernel's fixed work (phase copies, a 32-wide pass for 9 outputs)
+ * cost more than its multiplies on 3 x 3 and 6 x 6 planes. The 16-lane loops are plain C,
+ * vectorised by the compiler (one zmm, two ymm or four q registers). */
+#define ES_DWL 16
+static void dw_lanes(const float *x, const float *w, const float *b, float *scratch, float *y,
+                     const es_conv_params *p) {
+    const int OH = p->OH, OW = p->OW, KH = p->KH, KW = p->KW, ksz = KH * KW, P = OH * OW;
+    const int Hp = (OH - 1) * p->SH + (KH - 1) * p->DH + 1;
+    const int Wp = (OW - 1) * p->SW + (KW - 1) * p->DW + 1;
+    float *xp = scratch, *out = xp + (size_t)Hp * Wp * ES_DWL, *wl = out + (size_t)P * ES_DWL;
+    float *bl = wl + (size_t)ksz * ES_DWL;
+    int c0, l, t, ih, iw, oh, ow, kh, kw, o;
+    for (c0 = 0; c0 < p->C; c0 += ES_DWL) {
+        const int nc = p->C - c0 < ES_DWL ? p->C - c0 : ES_DWL;
+        memset(xp, 0, sizeof(float) * (size_t)Hp * Wp * ES_DWL);
+        memset(wl, 0, sizeof(float) * (size_t)(ksz + 1) * ES_DWL);
+        for (l = 0; l < nc; ++l) {
+            const float *xc = x + (size_t)(c0 + l) * p->H * p->W;
+            for (t = 0; t < ksz; ++t) wl[t * ES_DWL + l] = w[(size_t)(c0 + l) * ksz + t];
+            bl[l] = b[c0 + l];
+            for (ih = 0; ih < p->H; ++ih) {
+                const int r = ih + p->PT;
+                if (r >= Hp) break;
+                for (iw = 0; iw < p->W && iw + p->PL < Wp; ++iw)
+                    xp[((size_t)r * Wp + iw + p->PL) * ES_DWL + l] = xc[(size_t)ih * p->W + iw];
+            }
+        }
+        for (oh = 0; oh < OH; ++oh)
+            for (ow = 0; ow < OW; ++ow) {
+                float acc[ES_DWL], *d = out + ((size_t)oh * OW + ow) * ES_DWL;
+                for (l = 0; l < ES_DWL; ++l) acc[l] = bl[l];
+                for (kh = 0; kh < KH; ++kh)
+                    for (kw = 0; kw < KW; ++kw) {
+                        const float *s = xp + ((size_t)(oh * p->SH + kh * p->DH) * Wp +
+                                               (size_t)(ow * p->SW + kw * p->DW)) * ES_DWL;
+                        const float *wt = wl + (size_t)(kh * KW + kw) * ES_DWL;
+                        for (l = 0; l < ES_DWL; ++l) acc[l] += wt[l] * s[l];
+                    }
+                for (l = 0; l < ES_DWL; ++l) d[l] = act1(acc[l], p->act, p->a0, p->a1);
+            }
+        for (l = 0; l < nc; ++l) {
+            float *yc = y + (size_t)(c0 + l) * P;
+            for (o = 0; o < P; ++o) yc[o] = out[(size_t)o * ES_DWL + l];
+        }
+    }
+}
+
 void es_dwconv2d_f32(const float *x, const float *w, const float *b, float *scratch,
                      float *y, const es_conv_params *p) {
     const int OH = p->OH, OW = p->OW, KH = p->KH, KW = p->KW, SH = p->SH, SW = p->SW;
@@ -452,6 +476,10 @@ void es_dwconv2d_f32(const float *x, const float *w, const float *b, float *scra
     float *ph = scratch, *ext = ph + (size_t)SH * SW * pq, *row = ext + n + ES_DWF_CHUNK;
     const float *src[ES_F32_DW_MAXTAPS];
     int c, t, t0, oh, ow;
+    if (ES_F32_DW_LANES(OH, OW)) {
+        dw_lanes(x, w, b, scratch, y, p);
+        return;
+    }
     for (t = 0; t < SH * SW; ++t) /* the slack after each phase: read, never used */
         memset(ph + (size_t)t * pq + (size_t)HQ * WQ, 0, sizeof(float) * (pq - (size_t)HQ * WQ));
     for (c = 0; c < p->C; ++c) {
@@ -476,4 +504,113 @@ void es_dwconv2d_f32(const float *x, const float *w, const float *b, float *scra
                 memcpy(d, e, sizeof(float) * (size_t)OW);
         }
     }
+}
+
+/* ---- one group: where the GEMM's K rows come from ----------------------------------------
+ * A 1x1, stride-1, unpadded conv reads its input in place: row k at k P, whole 32-pixel
+ * tiles (the last partial tile is copied by im2col_f32). Every other conv reads the SH x SW
+ * stride phases of each channel's padded plane (dwf_phases, as the depthwise kernel does):
+ * over the flat index o = oh WQ + ow of the OH x WQ grid, tap (kh, kw) of channel c is one
+ * contiguous row at a fixed offset off[k], so a 32-wide tile's K rows are read in place and
+ * nothing is copied per tile (im2col copied K x 32 floats per tile, as much work as the
+ * multiplies when M is 16 to 64: stems, ResNet's first stage). The WQ - OW grid columns
+ * past each output row are computed into a tile and dropped on the way out. */
+
+/* y[r][oh OW + ow] = tile[r][g - o0] for the grid cells g in [o0, o0 + nj) with ow < OW */
+static void scatter_tile(const float *tile, int nr, int o0, int nj, int WQ, int OW, float *y,
+                         size_t P) {
+    int g = o0, r;
+    while (g < o0 + nj) {
+        const int oh = g / WQ, ow = g % WQ;
+        const int seg = WQ - ow < o0 + nj - g ? WQ - ow : o0 + nj - g;
+        const int nv = ow >= OW ? 0 : (ow + seg < OW ? seg : OW - ow);
+        if (nv > 0)
+            for (r = 0; r < nr; ++r)
+                memcpy(y + (size_t)r * P + (size_t)oh * OW + ow, tile + r * ES_F32_TP + (g - o0),
+                       sizeof(float) * (size_t)nv);
+        g += seg;
+    }
+}
+
+static void gemm_blocks(const float *col, const int32_t *off, int K, const float *w,
+                        const float *b, float *y, size_t ldy, int nj, const es_conv_params *p) {
+    int m0, r;
+    for (m0 = 0; m0 < p->M; m0 += ES_F32_MR) {
+        const int nr = p->M - m0 < ES_F32_MR ? p->M - m0 : ES_F32_MR;
+        float b8[ES_F32_MR];
+        for (r = 0; r < ES_F32_MR; ++r) b8[r] = r < nr ? b[m0 + r] : 0.0f;
+        mk_f32_block(col, off, K, w + (size_t)m0 * K, b8, y + (size_t)m0 * ldy, ldy, nr, nj, p);
+    }
+}
+
+static void gemm_direct(const float *x, const float *w, const float *b, float *scratch,
+                        float *y, const es_conv_params *p) {
+    const int K = p->C, P = p->OH * p->OW;
+    int32_t *off = (int32_t *)scratch, *off32 = off + ES_F32_K16(K);
+    float *col = scratch + 2 * ES_F32_K16(K);
+    int k, p0, j;
+    for (k = 0; k < K; ++k) {
+        off[k] = k * P;
+        off32[k] = k * ES_F32_TP;
+    }
+    for (p0 = 0; p0 < P; p0 += ES_F32_TP) {
+        const int nj = P - p0 < ES_F32_TP ? P - p0 : ES_F32_TP, inplace = nj == ES_F32_TP;
+        const float *c = inplace ? x + p0 : col;
+        if (!inplace) im2col_f32(x, col, p0, K, p);
+        if (P <= ES_F32_LANES_P) {
+            for (j = 0; j < nj; ++j)
+                lanes_f32(c + j, off32, K, p->M, w, b, y + p0 + j, (size_t)P, p);
+            continue;
+        }
+        gemm_blocks(c, inplace ? off : off32, K, w, b, y + p0, (size_t)P, nj, p);
+    }
+}
+
+static void gemm_phases(const float *x, const float *w, const float *b, float *scratch,
+                        float *y, const es_conv_params *p) {
+    const int C = p->C, KH = p->KH, KW = p->KW, SH = p->SH, SW = p->SW, OH = p->OH, OW = p->OW;
+    const int K = C * KH * KW, P = OH * OW;
+    const int HQ = ES_F32_DW_HQ(OH, KH, SH, p->DH), WQ = ES_F32_DW_HQ(OW, KW, SW, p->DW);
+    const size_t pq = (size_t)HQ * WQ + (size_t)WQ + ES_F32_TP, cs = (size_t)SH * SW * pq;
+    const int n = OH * WQ;
+    int32_t *off = (int32_t *)scratch;
+    float *tile = scratch + ES_F32_K16(K), *ph = tile + ES_F32_MR * ES_F32_TP;
+    float *row = ph + (size_t)C * cs;
+    int c, t, k, o0, m0, r;
+    for (k = 0; k < K; ++k) {
+        const int kh = k / KW % KH, kw = k % KW, dh = kh * p->DH, dw = kw * p->DW;
+        off[k] = (int32_t)((size_t)(k / (KH * KW)) * cs + (size_t)((dh % SH) * SW + dw % SW) * pq +
+                           (size_t)(dh / SH) * WQ + (size_t)(dw / SW));
+    }
+    for (c = 0; c < C; ++c) {
+        float *pc = ph + (size_t)c * cs;
+        for (t = 0; t < SH * SW; ++t) /* the slack after each phase: read, never used */
+            memset(pc + (size_t)t * pq + (size_t)HQ * WQ, 0, sizeof(float) * (pq - (size_t)HQ * WQ));
+        dwf_phases(pc, row, x + (size_t)c * p->H * p->W, p, HQ, WQ, pq);
+    }
+    if (P <= ES_F32_LANES_P) {
+        for (o0 = 0; o0 < P; ++o0)
+            lanes_f32(ph + (size_t)(o0 / OW) * WQ + o0 % OW, off, K, p->M, w, b, y + o0,
+                      (size_t)P, p);
+        return;
+    }
+    for (o0 = 0; o0 < n; o0 += ES_F32_TP) {
+        const int nj = n - o0 < ES_F32_TP ? n - o0 : ES_F32_TP;
+        for (m0 = 0; m0 < p->M; m0 += ES_F32_MR) {
+            const int nr = p->M - m0 < ES_F32_MR ? p->M - m0 : ES_F32_MR;
+            float b8[ES_F32_MR];
+            for (r = 0; r < ES_F32_MR; ++r) b8[r] = r < nr ? b[m0 + r] : 0.0f;
+            mk_f32_block(ph + o0, off, K, w + (size_t)m0 * K, b8, tile, ES_F32_TP, nr, nj, p);
+            scatter_tile(tile, nr, o0, nj, WQ, OW, y + (size_t)m0 * P, (size_t)P);
+        }
+    }
+}
+
+void es_conv2d_f32_gemm(const float *x, const float *w, const float *b, float *scratch,
+                        float *y, const es_conv_params *p) {
+    if (ES_F32_GEMM_DIRECT(p->C, p->H, p->W, p->OH, p->OW, p->KH, p->KW, p->SH, p->SW, p->PT,
+                           p->PL))
+        gemm_direct(x, w, b, scratch, y, p);
+    else
+        gemm_phases(x, w, b, scratch, y, p);
 }

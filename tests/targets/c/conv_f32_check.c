@@ -1,5 +1,6 @@
 /* Runs es_conv2d_f32 (reference) and the fp32 fast path on one random conv; exit 1 if the
- * max abs difference exceeds 1e-5 of the output's max magnitude.
+ * max abs difference exceeds 1e-5 of the output's max magnitude. The fast path gets exactly
+ * its scratch macro's bytes, printed ("scratch N") for the generator's formula.
  * argv: C H W M KH KW SH SW PT PL DH DW group act seed OH OW */
 #include <math.h>
 #include <stdio.h>
@@ -21,7 +22,7 @@ static float r(void) { s = s * 1664525u + 1013904223u; return (float)((s >> 8) %
 int main(int argc, char **argv) {
     es_conv_params p; int i;
     float *x, *w, *b, *y0, *y1, *sc, err = 0.0f, mag = 0.0f;
-    size_t nx, nw, ny;
+    size_t nx, nw, ny, nsc;
     memset(&p, 0, sizeof p);
     if (argc < 18) return 2;
     p.C = atoi(argv[1]); p.H = atoi(argv[2]); p.W = atoi(argv[3]); p.M = atoi(argv[4]);
@@ -34,7 +35,13 @@ int main(int argc, char **argv) {
     ny = (size_t)p.M * p.OH * p.OW;
     x = malloc(4 * nx); w = malloc(4 * nw); b = malloc(4 * (size_t)p.M);
     y0 = malloc(4 * ny); y1 = malloc(4 * ny);
-    sc = malloc(ES_F32_GEMM_SCRATCH(p.C * p.KH * p.KW) + ES_F32_DW_SCRATCH(p.OH, p.OW, p.KH, p.KW, p.SH, p.SW, p.DH, p.DW));
+    /* exactly the macro's bytes, so AddressSanitizer sees one byte past them */
+    nsc = p.group == 1 ? ES_F32_GEMM_SCRATCH(p.C, p.OH, p.OW, p.KH, p.KW, p.SH, p.SW, p.DH, p.DW,
+                                             ES_F32_GEMM_DIRECT(p.C, p.H, p.W, p.OH, p.OW, p.KH, p.KW,
+                                                                p.SH, p.SW, p.PT, p.PL))
+                       : ES_F32_DW_SCRATCH(p.OH, p.OW, p.KH, p.KW, p.SH, p.SW, p.DH, p.DW);
+    printf("scratch %zu\n", nsc);
+    sc = malloc(nsc);
     for (i = 0; i < (int)nx; ++i) x[i] = r();
     for (i = 0; i < (int)nw; ++i) w[i] = r();
     for (i = 0; i < p.M; ++i) b[i] = r();
