@@ -84,8 +84,8 @@ def fuse_conv_add(g: Graph) -> int:
         skip, q = m
         y = add.outputs[0]
         args = st.calls[0].args
-        st.calls = [Call("es_conv2d_i8_dot_add", [*args[:6], Ref(y), Ref(skip), q, args[-1]],
-                         K.CONV_I8_DOT_ADD)]
+        st.calls = [Call("es_conv2d_i8_dot_add", [*args[:6], Ref(y), Ref(skip), q, "es_add_i8",
+                                                  args[-1]], K.CONV_I8_DOT_ADD)]
         st.outputs = [y]
         st.inputs = [*st.inputs, skip]
         st.inplace = False

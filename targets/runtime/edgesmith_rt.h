@@ -453,11 +453,14 @@ void es_conv2d_i8_dot(const int8_t *x, const int8_t *w8, const int32_t *bias_u8,
 /* es_conv2d_i8_dot with a residual add fused into its epilogue (lower/fuse_int8.py): y =
  * es_add_i8(conv(x), skip, q) over the whole output, q's input a the conv's requantised
  * output and b skip (same shape as y, not y's buffer); each chunk of output pixels is
- * added while still in cache, bytes equal to the conv step followed by the Add step. */
+ * added while still in cache, bytes equal to the conv step followed by the Add step;
+ * add is es_add_i8 (a pointer, so that the conv kernels link without add_int8.c). */
+typedef void (*es_add_i8_fn)(const int8_t *a, const int8_t *b, int8_t *y, int n,
+                             const es_qadd_params *p);
 void es_conv2d_i8_dot_add(const int8_t *x, const int8_t *w8, const int32_t *bias_u8,
                           const int32_t *mult, const int32_t *shift, int32_t *scratch,
                           int8_t *y, const int8_t *skip, const es_qadd_params *q,
-                          const es_conv_params *p);
+                          es_add_i8_fn add, const es_conv_params *p);
 /* one group, few input channels (C <= 3: a stem), the reduction over whole patches: w8
  * [ceil(M/8)][K4][8][4] int8, the C*KH*KW taps in (c, kh, kw) order four to a word, K4 =
  * ceil(C*KH*KW / 4), taps past the last zero; bias_u8 as for es_conv2d_i8_dot

@@ -574,7 +574,8 @@ static void direct_segments(dot_block *b, int v0, int V, int Wp, int OW) {
 
 /* The residual add fused into the conv (es_conv2d_i8_dot_add): output pixels [lo, hi) of
  * every channel, just requantised into y and still in cache, become es_add_i8(conv, skip)
- * in place, the same function (and so the same bytes) the separate Add step computes. The
+ * in place, the same function (and so the same bytes) the separate Add step computes (the
+ * generated call passes es_add_i8 itself, so this file does not depend on add_int8.c). The
  * walks call it every ADD_CHUNK flattened positions, so a chunk of all M channels (M x 256
  * bytes) is still in L1 when it is added; the conv's output never makes a round trip
  * through memory and the Add step's second pass over it is gone. */
@@ -583,6 +584,7 @@ static void direct_segments(dot_block *b, int v0, int V, int Wp, int OW) {
 typedef struct {
     const int8_t *skip;      /* NULL: a plain conv */
     const es_qadd_params *q; /* a = the conv's output, b = skip */
+    es_add_i8_fn add;        /* es_add_i8, passed in: this file links without add_int8.c */
 } dot_add;
 
 static void add_pixels(const dot_add *a, int8_t *y, int M, int P, int lo, int hi) {
@@ -590,7 +592,7 @@ static void add_pixels(const dot_add *a, int8_t *y, int M, int P, int lo, int hi
     if (a->skip == NULL || hi <= lo) return;
     for (m = 0; m < M; ++m) {
         int8_t *ym = y + (size_t)m * P + lo;
-        es_add_i8(ym, a->skip + (size_t)m * P + lo, ym, hi - lo, a->q);
+        a->add(ym, a->skip + (size_t)m * P + lo, ym, hi - lo, a->q);
     }
 }
 
@@ -686,17 +688,18 @@ static void dot_conv(const int8_t *x, const int8_t *w8, const int32_t *bias_u8,
 void es_conv2d_i8_dot(const int8_t *x, const int8_t *w8, const int32_t *bias_u8,
                       const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
                       const es_conv_params *p) {
-    const dot_add none = {NULL, NULL};
+    const dot_add none = {NULL, NULL, NULL};
     dot_conv(x, w8, bias_u8, mult, shift, scratch, y, p, &none);
 }
 
 void es_conv2d_i8_dot_add(const int8_t *x, const int8_t *w8, const int32_t *bias_u8,
                           const int32_t *mult, const int32_t *shift, int32_t *scratch,
                           int8_t *y, const int8_t *skip, const es_qadd_params *q,
-                          const es_conv_params *p) {
+                          es_add_i8_fn add_fn, const es_conv_params *p) {
     dot_add add;
     add.skip = skip;
     add.q = q;
+    add.add = add_fn;
     dot_conv(x, w8, bias_u8, mult, shift, scratch, y, p, &add);
 }
 
@@ -738,6 +741,22 @@ static void stem_rows(const int8_t *x, int8_t *rows, int8_t *rowbuf, int Hp, int
                 memset(row + (hi > lo ? hi : lo), pad, (size_t)(Wp - (hi > lo ? hi : lo)));
             }
             if (S == 1) continue;
+#if defined(ES_DOT_VNNI)
+            if (S == 2) { /* 32 columns of each phase per step: the low and high bytes */
+                int8_t *even = dst, *odd = dst + Wq;
+                for (q = 0; 2 * q + 64 <= Wp; q += 32) {
+                    const __m512i v = _mm512_loadu_si512(rowbuf + 2 * q);
+                    _mm256_storeu_si256((__m256i *)(even + q), _mm512_cvtepi16_epi8(v));
+                    _mm256_storeu_si256((__m256i *)(odd + q),
+                                        _mm512_cvtepi16_epi8(_mm512_srli_epi16(v, 8)));
+                }
+                for (; q < Wq; ++q) {
+                    even[q] = 2 * q < Wp ? rowbuf[2 * q] : pad;
+                    odd[q] = 2 * q + 1 < Wp ? rowbuf[2 * q + 1] : pad;
+                }
+                continue;
+            }
+#endif
             for (ph = 0; ph < S; ++ph) { /* deal column q * S + ph to phase ph, column q */
                 int8_t *restrict d = dst + (size_t)ph * Wq;
                 const int8_t *restrict s = rowbuf + ph;
@@ -747,6 +766,43 @@ static void stem_rows(const int8_t *x, int8_t *rows, int8_t *rowbuf, int Hp, int
             }
         }
 }
+
+#if defined(ES_DOT_VNNI)
+/* quads_row_vnni for the stem's short rows (48 or 112 words): every step vectorised, the
+ * last one under byte masks for loads and word masks for stores, nothing written past n */
+static void quads_row_masked(uint32_t *restrict dst, size_t n, const int8_t *restrict s0,
+                             const int8_t *restrict s1, const int8_t *restrict s2,
+                             const int8_t *restrict s3) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const __m512i lo = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
+    const __m512i hi = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+    size_t q;
+    for (q = 0; q < n; q += 64) {
+        const size_t rem = n - q < 64 ? n - q : 64;
+        const __mmask64 k = rem == 64 ? ~(__mmask64)0 : (((__mmask64)1 << rem) - 1);
+        const __m512i a = _mm512_maskz_loadu_epi8(k, s0 + q), b = _mm512_maskz_loadu_epi8(k, s1 + q);
+        const __m512i c = _mm512_maskz_loadu_epi8(k, s2 + q), d = _mm512_maskz_loadu_epi8(k, s3 + q);
+        const __m512i ab0 = _mm512_unpacklo_epi8(a, b), ab1 = _mm512_unpackhi_epi8(a, b);
+        const __m512i cd0 = _mm512_unpacklo_epi8(c, d), cd1 = _mm512_unpackhi_epi8(c, d);
+        const __m512i w0 = _mm512_unpacklo_epi16(ab0, cd0), w1 = _mm512_unpackhi_epi16(ab0, cd0);
+        const __m512i w2 = _mm512_unpacklo_epi16(ab1, cd1), w3 = _mm512_unpackhi_epi16(ab1, cd1);
+        const __m512i x01l = _mm512_permutex2var_epi64(w0, lo, w1);
+        const __m512i x01h = _mm512_permutex2var_epi64(w0, hi, w1);
+        const __m512i x23l = _mm512_permutex2var_epi64(w2, lo, w3);
+        const __m512i x23h = _mm512_permutex2var_epi64(w2, hi, w3);
+        const __m512i out[4] = {_mm512_shuffle_i64x2(x01l, x23l, 0x44),
+                                _mm512_shuffle_i64x2(x01l, x23l, 0xee),
+                                _mm512_shuffle_i64x2(x01h, x23h, 0x44),
+                                _mm512_shuffle_i64x2(x01h, x23h, 0xee)};
+        int i;
+        for (i = 0; i < 4 && (size_t)(16 * i) < rem; ++i) {
+            const size_t left = rem - 16 * (size_t)i;
+            const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+            _mm512_mask_storeu_epi32(dst + q + 16 * i, m, _mm512_xor_si512(out[i], flip));
+        }
+    }
+}
+#endif
 
 /* one row of the im2col block: word (k4, j) holds taps 4*k4 .. 4*k4 + 3 of output column j
  * (+128); taps past K repeat tap 0 (their weights are zero) */
@@ -763,7 +819,7 @@ static void stem_col_row(uint32_t *col, int OWr, const int8_t *rows, int oh, int
             src[i] = rows + (((size_t)c * Hp + r) * S + (size_t)(cw % S)) * Wq + cw / S;
         }
 #if defined(ES_DOT_VNNI)
-        quads_row_vnni(col + (size_t)k4 * OWr, (size_t)p->OW, src[0], src[1], src[2], src[3]);
+        quads_row_masked(col + (size_t)k4 * OWr, (size_t)p->OW, src[0], src[1], src[2], src[3]);
 #else
         quads_row(col + (size_t)k4 * OWr, (size_t)p->OW, src[0], src[1], src[2], src[3],
                   0xffffffffu, 0);

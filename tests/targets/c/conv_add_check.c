@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
     es_conv2d_i8(x, w, b, mu, sh, sc, t0, &p);
     es_add_i8_ref(t0, skip, y0, (int)ny, &q);
     memset(y1, 0x55, ny);
-    es_conv2d_i8_dot_add(x, w8, bu, mu, sh, ds, y1, skip, &q, &p);
+    es_conv2d_i8_dot_add(x, w8, bu, mu, sh, ds, y1, skip, &q, es_add_i8, &p);
     if (memcmp(y0, y1, ny)) {
         for (i = 0; i < (int)ny && y0[i] == y1[i]; ++i) {}
         printf("fused differs at %d: %d vs %d\n", i, y0[i], y1[i]);
