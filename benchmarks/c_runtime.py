@@ -527,7 +527,8 @@ def bench_nets(nets: list[str], runs: int, rounds: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="es_nets_") as tmp:
         for item in nets:
             report[item] = bench_net(item, Path(tmp), runs, rounds)
-            print(f"{item}: done", file=sys.stderr, flush=True)
+            # each net's figures as soon as they exist: a long run stopped part way keeps them
+            print(f"{item}: {json.dumps(report[item])}", file=sys.stderr, flush=True)
     report["loadavg_at_end"] = [round(v, 2) for v in os.getloadavg()]
     # measured again at the end: the higher of the two is the peak (a busy spell of this
     # shared machine can only lower a figure)
