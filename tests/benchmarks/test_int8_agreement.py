@@ -1,0 +1,93 @@
+"""benchmarks/int8_agreement.py's core on the digits CNN: the per-layer cut finds every
+quantized layer, the C build agrees with onnxruntime within 1 LSB on each, a layer that
+does not agree is caught, and end to end C is as close to onnxruntime as onnxruntime's
+fused and unfused graphs are to each other."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import int8_agreement as agree  # noqa: E402
+from tests.conftest import require_tools  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("int8_agreement")
+
+
+@pytest.fixture(scope="module")
+def digits(work):
+    """(QDQ model path, val x, val y) of the digits CNN, trained for 3 epochs."""
+    from tests.targets._helpers import _qdq
+
+    onnx_path, calib, val_x, val_y, _ = agree.digits_model(work, epochs=3)
+    return _qdq(onnx_path, calib, work / "digits_qdq.onnx"), val_x, val_y
+
+
+@pytest.fixture(scope="module")
+def ints(digits):
+    import onnx
+
+    qdq, val_x, _ = digits
+    m = onnx.load(str(qdq))
+    return m, agree.ort_ints(m, val_x[:4])
+
+
+def test_layers_are_every_quantize_node_after_the_input(digits):
+    import onnx
+
+    m = onnx.load(str(digits[0]))
+    qs = [n for n in m.graph.node if n.op_type == "QuantizeLinear"]
+    lays = agree.layers(m)
+    # every Q node but the one on the graph input ends a layer, and each layer has a
+    # computing op and an int8 input from another Q node
+    assert [lay.q.output[0] for lay in lays] == [q.output[0] for q in qs[1:]]
+    assert all(lay.ops and lay.acts for lay in lays)
+    assert {op for lay in lays for op in lay.ops} >= {"Conv", "Gemm"}
+
+
+@pytest.mark.slow
+def test_every_c_layer_within_one_lsb_of_onnxruntime_on_its_own_int8_input(ints, work):
+    require_tools("cc", "make")
+    m, got = ints
+    res = agree.judge_layers(m, got, work, "digits_ok")
+    assert res["layers"] == len(agree.layers(m))
+    assert res["pass"] and res["max_lsb"] <= 1 and res["min_within_1lsb"] == 1.0, res
+
+
+@pytest.mark.slow
+def test_a_layer_two_lsb_off_fails_the_per_layer_criterion(ints, work):
+    """The check can fail: onnxruntime's output of one layer moved by 2 LSB (its input
+    untouched) must show as that layer, 2 LSB off, criterion failed."""
+    require_tools("cc", "make")
+    m, got = ints
+    lays = agree.layers(m)
+    target = lays[-1]  # the classifier: no later layer reads it
+    bent = dict(got)
+    v = got[target.q.output[0]].astype(np.int32)
+    bent[target.q.output[0]] = np.where(v <= 0, v + 2, v - 2).astype(np.int8)
+    res = agree.judge_layers(m, bent, work, "digits_bent")
+    bad = [r for r in res["per_layer"] if r["max_lsb"] > 1]
+    assert not res["pass"]
+    assert [r["layer"] for r in bad] == [target.label]
+    assert bad[0]["max_lsb"] == 2
+
+
+@pytest.mark.slow
+def test_c_agrees_with_onnxruntime_at_least_as_well_as_onnxruntime_with_itself(digits, work):
+    require_tools("cc", "make")
+    qdq, val_x, _ = digits
+    res = agree.end_to_end(qdq, val_x[:48], work)
+    assert res["samples"] == 48
+    c, own = res["c_vs_ort"], res["ort_fused_vs_unfused"]
+    assert res["pass"], (c, own)
+    assert c["within_1lsb"] >= own["within_1lsb"] and c["top1"] >= own["top1"]
+    assert res["c_int8"].shape == res["ort_int8"].shape == (48, 10)
