@@ -15,8 +15,10 @@ inverted-residual block runs inside a patch: the block input's patch is live unt
 Every tensor gets, per patch, the window its readers need (their union); a conv reads
 exactly its input's window, and an Add whose skip input holds a wider window (the conv
 branch needed the halo) has the skip's rows copied into its output buffer first, then adds
-in place. A border patch keeps the layer's padding on the sides it shares with the image
-(PT/PL, and the kernel's implied bottom/right padding), so the result is the untiled one.
+in place; a conv with the Add fused into it (es_conv2d_i8_dot_add, lower/fuse_int8.py) gets
+the skip's rows copied into a buffer of its own. A border patch keeps the layer's padding
+on the sides it shares with the image (PT/PL, and the kernel's implied bottom/right
+padding), so the result is the untiled one.
 Quantizing inside the segment moves the int8 peak too: the int8 copy of the input never
 exists whole.
 
@@ -43,7 +45,11 @@ from .planner import plan as make_plan
 CONV_KERNELS = frozenset({
     "es_conv2d_f32", "es_conv2d_f32_gemm", "es_dwconv2d_f32", "es_conv2d_i8",
     "es_conv2d_i8_fast", "es_conv2d_i8_gemm", "es_conv2d_i8_dot", "es_conv2d_i8_cl",
-    "es_dwconv2d_i8_hwc", "es_conv2d_i8_mcu", "es_dwconv2d_i8_mcu"})
+    "es_dwconv2d_i8_hwc", "es_conv2d_i8_mcu", "es_dwconv2d_i8_mcu", "es_conv2d_i8_stem",
+    "es_conv2d_i8_dot_add"})
+# a conv with a residual add in its epilogue (lower/fuse_int8.py): inputs (x, skip), the
+# skip read over the output's window from a buffer of its own (not the output's)
+CONV_ADD = "es_conv2d_i8_dot_add"
 # element-wise kernels a patch can run: the argument holding the element count
 ELTWISE_COUNT = {"es_quantize_f32_i8": 2, "es_add_i8": 3, "es_binary_f32": 4}
 ADDS = frozenset({"es_add_i8", "es_binary_f32"})
@@ -73,7 +79,8 @@ class Patch:
     win: list[Win]  # each tensor's window (TiledStep.tensors order)
     params: list[dict | None]  # each layer's es_conv_params on this patch (None: eltwise)
     counts: list[int]  # each element-wise layer's element count on this patch (0: conv)
-    # an Add whose input ``j`` holds a wider window: (j, window it reads), else None
+    # an Add (or a conv's fused Add) whose input ``j`` holds a wider window: (j, window it
+    # reads), else None; copied into the Add's output buffer (the fused one: its skip buffer)
     sub: list[tuple[int, Win] | None]
 
 
@@ -87,6 +94,7 @@ class TiledStep(Step):
     patches: list[Patch] = field(default_factory=list)
     buffers: list[tuple[int, int]] = field(default_factory=list)  # (offset, bytes) per tensor
     kernel_scratch: list[tuple[int, int]] = field(default_factory=list)  # per layer
+    skip_buffers: list[tuple[int, int]] = field(default_factory=list)  # per layer (fused Add)
     elem: list[int] = field(default_factory=list)  # element bytes of each tensor
     channels: list[int] = field(default_factory=list)
     ctypes: list[str] = field(default_factory=list)
@@ -104,7 +112,8 @@ def _conv_params(st: Step) -> dict | None:
     if not isinstance(p, dict) or p.get("__struct__") != "es_conv_params":
         return None
     refs = [a for a in st.calls[0].args if isinstance(a, Ref)]
-    if any(r.offset for r in refs) or len(st.inputs) != 1 or len(st.outputs) != 1:
+    n_in = 2 if st.calls[0].fn == CONV_ADD else 1
+    if any(r.offset for r in refs) or len(st.inputs) != n_in or len(st.outputs) != 1:
         return None
     return p
 
@@ -159,6 +168,8 @@ def find_segment(g: Graph) -> tuple[int, list[Step], list[int]]:
             break  # element-wise steps read plain CHW
         if p is not None and p.get("x_quads") and st.inputs[0] not in writes_quads:
             break
+        if p is not None and any(t in writes_quads for t in st.inputs[1:]):
+            break  # a fused Add's skip is plain CHW
         seg.append(st)
         made.add(st.outputs[0])
         if p is not None and p.get("y_quads"):
@@ -214,7 +225,7 @@ def _one_patch(g: Graph, seg: list[Step], tens: list[str], r: int, c: int,
             c0, c1, pl = _back(w[2], w[3], p["W"], p["SW"], p["PL"], p["KW"], p["DW"])
             params[k] = {**p, "H": r1 - r0, "W": c1 - c0, "OH": w[1] - w[0],
                          "OW": w[3] - w[2], "PT": pt, "PL": pl}
-            needs[k] = [(r0, r1, c0, c1)]
+            needs[k] = [(r0, r1, c0, c1)] + [w] * (len(st.inputs) - 1)  # (x, skip)
         else:
             needs[k] = [w] * len(st.inputs)
             counts[k] = g.tensors[st.outputs[0]].shape[1] * (w[1] - w[0]) * (w[3] - w[2])
@@ -225,7 +236,8 @@ def _one_patch(g: Graph, seg: list[Step], tens: list[str], r: int, c: int,
         wider = [j for j, t in enumerate(st.inputs) if win[t] != needs[k][j]]
         if not wider:
             continue
-        if st.calls[0].fn not in ADDS or len(wider) != 1:
+        if (st.calls[0].fn not in ADDS or len(wider) != 1) and not (
+                st.calls[0].fn == CONV_ADD and wider == [1]):
             return None
         sub[k] = (wider[0], needs[k][wider[0]])
     return Patch(r, c, [win[t] for t in tens], params, counts, sub) if len(win) == len(
@@ -279,6 +291,13 @@ def _intervals(g: Graph, seg: list[Step], tens: list[str], patches: list[Patch],
             last[t] = max(last[t], k + 1)
     ivs = [Interval(f"buf{j}", j, last[t], align(s, alignment))
            for j, (t, s) in enumerate(zip(tens, sizes, strict=True)) if s]
+    for k, st in enumerate(seg):
+        if st.calls[0].fn == CONV_ADD:
+            tt = g.tensors[st.outputs[0]]
+            area = max((w[1] - w[0]) * (w[3] - w[2]) for w in (pa.win[k + 1] for pa in patches))
+            ivs.append(Interval(f"skip{k}", k + 1, k + 1,
+                                align(tt.shape[1] * area * tt.nbytes // max(tt.size, 1) + SLACK,
+                                      alignment)))
     scratch = []
     for k, st in enumerate(seg):
         kern = st.calls[0].kernel
@@ -315,6 +334,8 @@ def build_tiled(g: Graph, start: int, seg: list[Step], grid: int,
         buffers=[(offsets.get(f"buf{j}", 0), s) for j, s in enumerate(sizes)],
         quantize_in=_quantize_in(seg),
         kernel_scratch=[(offsets.get(f"scratch{k}", 0), s) for k, s in enumerate(scratch)],
+        skip_buffers=[(offsets.get(f"skip{k}", 0), next(
+            (iv.size for iv in ivs if iv.name == f"skip{k}"), 0)) for k in range(len(seg))],
         elem=[g.tensors[t].nbytes // max(g.tensors[t].size, 1) for t in tens],
         channels=[g.tensors[t].shape[1] for t in tens],
         ctypes=[g.tensors[t].ctype for t in tens],

@@ -120,9 +120,12 @@ def _layer(st: TiledStep, i: int, k: int, pa: Patch, w: Any, shared: dict) -> li
         j = idx[layer.inputs[pos]]
         win = _window(w, f"{layer.name}_skip{pa.row}_{pa.col}", i,
                       copy_sub(st, j, pa.win[j], need))
-        lines.append(f"es_tile_copy(SCRATCH_{i} + {st.buffers[out_j][0]}, "
-                     f"SCRATCH_{i} + {st.buffers[j][0]}, {win})")
-        bufs[layer.inputs[pos]] = bufs[layer.outputs[0]]  # added in place
+        fused = pa.params[k] is not None  # a conv's fused Add: the skip gets its own buffer
+        dst = st.skip_buffers[k][0] if fused else st.buffers[out_j][0]
+        lines.append(f"es_tile_copy(SCRATCH_{i} + {dst}, SCRATCH_{i} + {st.buffers[j][0]}, "
+                     f"{win})")
+        bufs[layer.inputs[pos]] = (f"({st.ctypes[j]} *)(SCRATCH_{i} + {dst})" if fused
+                                   else bufs[layer.outputs[0]])  # else added in place
     args = []
     for n, a in enumerate(call.args):
         if isinstance(a, Ref) and a.name == "__scratch":

@@ -199,3 +199,28 @@ def test_budget_even_tiling_cannot_meet_is_a_budget_miss_naming_the_figures(mode
     for figure in (f"arena {p.arena_bytes} B", f"tiled {t['patches']}",
                    f"untiled {p0.arena_bytes} B", f"lower bound {p0.lower_bound_bytes} B"):
         assert figure in misses[0], (figure, misses[0])
+
+
+def test_native_int8_kernels_tile_through_stem_and_fused_conv_add_bit_for_bit(models):
+    """With the kernels -march=native picks (on a VNNI CPU: the stem kernel, the dot GEMM
+    and conv + Add fused into es_conv2d_i8_dot_add, whose skip is copied into a buffer of
+    its own), the segment still runs from the input's quantize through both blocks."""
+    from edgesmith.targets.isa import macros
+    from edgesmith.targets.tiling import CONV_ADD, find_segment
+
+    d, src, x = models
+    kw = dict(precision="int8", cflags="-O3 -march=native")
+    g = lower(src["int8"], "int8", macros("cc", "-O3 -march=native"))
+    _, seg, ends = find_segment(g)
+    split = [seg[k - 1].name for k in ends if seg[k - 1].name.startswith("/b4/")][-1]
+    outs, fused = [], []
+    for tag, tiling in (("nref", "off"), ("ntiled", TilingForce(patches=3, split=split))):
+        if (d / tag).exists():
+            shutil.rmtree(d / tag)
+        gen = codegen.from_onnx(src["int8"], d / tag, tiling=tiling, **kw)
+        run.build(d / tag)
+        outs.append((gen.plan.arena_bytes, run.run(d / tag, x)))
+        fused.append(f"{CONV_ADD}(" in (d / tag / "model.c").read_text())
+    assert np.array_equal(outs[1][1], outs[0][1]) and outs[1][0] < outs[0][0]
+    assert fused[0] == fused[1]  # a fused block stays fused inside the patches
+    assert seg[0].op == "QuantizeLinear"
