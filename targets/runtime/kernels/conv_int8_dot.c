@@ -717,9 +717,10 @@ void es_conv2d_i8_dot_add(const int8_t *x, const int8_t *w8, const int32_t *bias
  * rows[c][r][ph][q] = x[c][r - PT][q * SW + ph - PL], or x_zp where that is padding. Tap
  * (c, kh, kw) of output row oh is then the contiguous bytes from rows[c][oh * SH + kh * DH]
  * [kw * DW % SW][kw * DW / SW], one per output column. Per output row, four such tap rows
- * interleave into one row of words of the im2col block col[K4][OWr] (the quads_row of the
- * quad planes above, +128 included), and the same 8 x 32 micro-kernel as the direct walk
- * multiplies it: 16 output pixels per vector, stored straight into each channel's row. */
+ * interleave into one row of words of the im2col block col[K4][NP] (the quads_row of the
+ * quad planes above, +128 included), R output rows side by side (about 256 pixels), and the
+ * same 8 x 32 micro-kernel as the direct walk multiplies it: 16 output pixels per vector,
+ * stored straight into each channel's rows. */
 
 /* the padded input rows dealt by column phase (see above); rowbuf holds one padded row */
 static void stem_rows(const int8_t *x, int8_t *rows, int8_t *rowbuf, int Hp, int Wp, int S,
@@ -806,7 +807,7 @@ static void quads_row_masked(uint32_t *restrict dst, size_t n, const int8_t *res
 
 /* one row of the im2col block: word (k4, j) holds taps 4*k4 .. 4*k4 + 3 of output column j
  * (+128); taps past K repeat tap 0 (their weights are zero) */
-static void stem_col_row(uint32_t *col, int OWr, const int8_t *rows, int oh, int Hp, int S,
+static void stem_col_row(uint32_t *col, int NP, const int8_t *rows, int oh, int Hp, int S,
                          int Wq, int K4, const es_conv_params *p) {
     const int KK = p->KH * p->KW, K = p->C * KK;
     const int8_t *src[4];
@@ -819,9 +820,9 @@ static void stem_col_row(uint32_t *col, int OWr, const int8_t *rows, int oh, int
             src[i] = rows + (((size_t)c * Hp + r) * S + (size_t)(cw % S)) * Wq + cw / S;
         }
 #if defined(ES_DOT_VNNI)
-        quads_row_masked(col + (size_t)k4 * OWr, (size_t)p->OW, src[0], src[1], src[2], src[3]);
+        quads_row_masked(col + (size_t)k4 * NP, (size_t)p->OW, src[0], src[1], src[2], src[3]);
 #else
-        quads_row(col + (size_t)k4 * OWr, (size_t)p->OW, src[0], src[1], src[2], src[3],
+        quads_row(col + (size_t)k4 * NP, (size_t)p->OW, src[0], src[1], src[2], src[3],
                   0xffffffffu, 0);
 #endif
     }
@@ -831,42 +832,47 @@ void es_conv2d_i8_stem(const int8_t *x, const int8_t *w8, const int32_t *bias_u8
                        const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
                        const es_conv_params *p) {
     const int K4 = ES_DOT_CEIL(p->C * p->KH * p->KW, 4), OW = p->OW, P = p->OH * OW;
-    const int OWr = ES_STEM_OWR(OW), S = p->SW;
+    const int R = ES_STEM_ROWS(p->OH, OW), NP = ES_STEM_NP(p->OH, OW), S = p->SW;
     const int Hp = ES_DOT_PADDED(p->OH, p->SH, p->KH, p->DH);
     const int Wp = ES_DOT_PADDED(OW, p->SW, p->KW, p->DW), Wq = ES_DOT_CEIL(Wp, S);
     uint32_t *col = (uint32_t *)scratch;
-    int8_t *rows = (int8_t *)(col + (size_t)K4 * OWr);
+    int8_t *rows = (int8_t *)(col + (size_t)K4 * NP);
     int8_t *rowbuf = rows + (size_t)p->C * Hp * S * Wq;
     size_t tap0 = 0;
-    int k4, oh, v0, m0;
+    int oh0, r, v0, m0;
     dot_block a;
     stem_rows(x, rows, rowbuf, Hp, Wp, S, Wq, p);
-    for (k4 = 0; k4 < K4; ++k4) /* lanes past OW: zero words, computed and never stored */
-        memset(col + (size_t)k4 * OWr + OW, 0, 4 * (size_t)(OWr - OW));
+    /* lanes past a block's pixels are computed and never stored; zeroed once so that they
+     * are defined */
+    memset(col, 0, 4 * (size_t)K4 * NP);
     a.part = NULL;
     a.tap = &tap0;
     a.ntaps = 1;
     a.C4 = K4;
-    a.c4_step = 4 * (size_t)OWr;
+    a.c4_step = 4 * (size_t)NP;
     a.k0 = 0;
     a.first = a.last = 1;
     a.nseg = 1;
     a.lane[0] = 0;
-    for (oh = 0; oh < p->OH; ++oh) {
-        stem_col_row(col, OWr, rows, oh, Hp, S, Wq, K4, p);
-        for (v0 = 0; v0 < OW; v0 += 2 * TP) { /* tiles in pairs where there are two */
+    /* R output rows at a time: their pixels are consecutive in y, so the block's tiles run
+     * over them flattened, in pairs, whatever the row length */
+    for (oh0 = 0; oh0 < p->OH; oh0 += R) {
+        const int nr = p->OH - oh0 < R ? p->OH - oh0 : R, n = nr * OW;
+        for (r = 0; r < nr; ++r)
+            stem_col_row(col + (size_t)r * OW, NP, rows, oh0 + r, Hp, S, Wq, K4, p);
+        for (v0 = 0; v0 < n; v0 += 2 * TP) { /* tiles in pairs where there are two */
             dot_block b;
             a.base = (const uint8_t *)(col + v0);
-            a.len[0] = OW - v0 < TP ? OW - v0 : TP;
-            a.pix[0] = oh * OW + v0;
-            if (OW - v0 <= TP) {
+            a.len[0] = n - v0 < TP ? n - v0 : TP;
+            a.pix[0] = oh0 * OW + v0;
+            if (n - v0 <= TP) {
                 tile_all(&a, w8, K4, bias_u8, mult, shift, y, p);
                 continue;
             }
             b = a;
             b.base = (const uint8_t *)(col + v0 + TP);
-            b.len[0] = OW - v0 - TP < TP ? OW - v0 - TP : TP;
-            b.pix[0] = oh * OW + v0 + TP;
+            b.len[0] = n - v0 - TP < TP ? n - v0 - TP : TP;
+            b.pix[0] = oh0 * OW + v0 + TP;
             for (m0 = 0; m0 < p->M; m0 += TM)
                 tile_8x32(&a, &b, w8, K4, bias_u8, mult, shift, m0,
                           (p->M - m0) < TM ? (p->M - m0) : TM, y, P, p);
