@@ -56,7 +56,7 @@ def test_fast_f32_conv_matches_reference(name, cc, flags, wrapper, tmp_path):
 def test_fast_f32_gemm_stays_inside_its_scratch_and_the_generator_plans_it(tmp_path):
     """Under AddressSanitizer with exactly ES_F32_GEMM_SCRATCH bytes (in place and through
     the stride phases), and kernels.gemm_f32_scratch plans the same bytes as the macro."""
-    from edgesmith.targets.lower.kernels import gemm_f32_scratch
+    from edgesmith.targets.lower import kernels as K
 
     b = tmp_path / "check_asan"
     subprocess.run(["cc", "-O1", "-g", "-march=native", "-fsanitize=address,undefined",
@@ -72,7 +72,7 @@ def test_fast_f32_gemm_stays_inside_its_scratch_and_the_generator_plans_it(tmp_p
         if args[12] == 1:
             geo = {**dict(zip(keys, args[:13], strict=True)), "OH": args[15], "OW": args[16]}
             got = int(next(x for x in p.stdout.splitlines() if x.startswith("scratch")).split()[1])
-            assert got == gemm_f32_scratch(geo), (args, got)
+            assert got == K.CONV_F32_GEMM.scratch(geo), (args, got)
 
 
 def test_generated_f32_model_uses_fast_conv_and_reference_switch(digits_onnx):
