@@ -151,7 +151,9 @@ def test_int8_digits_arena_fits_under_tflite_micro(digits_qdq):
     gemm = plan(lower(digits_qdq, "int8"))
     assert gemm.arena_bytes <= 12592 and gemm.efficiency >= 0.95
     dot = lower(digits_qdq, "int8", VNNI)
-    assert {c.fn for st in dot.steps for c in st.calls} >= {"es_conv2d_i8_dot"}
+    fns = {c.fn for st in dot.steps for c in st.calls}
+    # the 1-channel first conv runs as the stem kernel (whole patches, four taps a word)
+    assert {"es_conv2d_i8_stem"} <= fns and fns & {"es_conv2d_i8_dot", "es_conv2d_i8_cl"}, fns
     assert plan(dot).arena_bytes <= 12592 and plan(dot).efficiency >= 0.95
     assert gemm_i8_scratch(27, 32) == 64 * 14  # short reduction: one tile, no partials
     assert gemm_i8_scratch(576, 64) == 64 * 64 + 64 * 64  # blocked: 64 pairs + [M][16]
