@@ -1,18 +1,23 @@
 /* edgesmith runtime: the worker pool behind es_parallel_for (es_threads.h).
  *
- * One job at a time. The caller publishes (fn, ctx, n_tasks) under the mutex, bumps the
- * generation counter and wakes sleeping workers; worker w runs tasks w, w + N, ...
- * (the caller is worker 0) and decrements `pending`; the caller returns once `pending`
- * reaches 0. A worker that finished a job spins on the generation counter, yielding the
- * CPU, for ES_POOL_SPINS rounds before it sleeps on `wake`: steps follow each other
- * within microseconds, and a futex wake-up per step would cost as much as a small conv.
- * The counters are read with GCC/Clang __atomic builtins (acquire/release), so the
- * job's fields written before the release are visible to the worker after its acquire. */
+ * One job at a time. The caller publishes (fn, ctx, n_tasks) under the mutex, moves the
+ * job generation on and wakes sleeping workers; then every thread, the caller included,
+ * claims tasks one by one from the job's counter until none is left, and the caller
+ * returns once all n_tasks are done. Tasks are claimed, not dealt: on a loaded machine a
+ * worker the scheduler has not run yet claims nothing, and the caller runs the tasks
+ * itself instead of waiting for it (a step then costs what it costs on one thread). The
+ * counter holds the generation in its high 32 bits, so a worker still holding an old
+ * job's fields can never claim a task of the next job. A worker with no job spins on the
+ * generation, yielding the CPU, for ES_POOL_SPINS rounds before it sleeps on `wake`:
+ * steps follow each other within microseconds, and a futex wake-up per step would cost
+ * as much as a small conv. Counters use the GCC/Clang __atomic builtins (acquire /
+ * release), so what a task wrote is visible to the caller once it counted it done. */
 #if !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200112L
 #endif
 #include <pthread.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "es_threads.h"
@@ -32,9 +37,10 @@ struct es_pool {
     pthread_t tid[ES_POOL_MAX];
     es_worker worker[ES_POOL_MAX];
     pthread_mutex_t mu;
-    pthread_cond_t wake, done;   /* a job is ready; the last worker finished */
+    pthread_cond_t wake, done_cv; /* a job is ready; its last task finished */
     unsigned gen;                /* job generation (atomic) */
-    int pending;                 /* workers still running the job (atomic) */
+    uint64_t next;               /* gen << 32 | the job's next unclaimed task (atomic) */
+    int done;                    /* the job's tasks finished (atomic) */
     int stop;                    /* set under mu: workers exit */
     es_task_fn fn;               /* the job, written under mu before gen moves */
     void *ctx;
@@ -43,9 +49,33 @@ struct es_pool {
 
 static unsigned load_gen(es_pool *p) { return __atomic_load_n(&p->gen, __ATOMIC_ACQUIRE); }
 
-static void run_tasks(es_task_fn fn, void *ctx, int n_tasks, int first, int step) {
+static void run_all(es_task_fn fn, void *ctx, int n_tasks) {
     int k;
-    for (k = first; k < n_tasks; k += step) fn(ctx, k);
+    for (k = 0; k < n_tasks; ++k) fn(ctx, k);
+}
+
+/* the next task of job `gen`, or -1 when it has none left (or is no longer the job) */
+static int claim(es_pool *p, unsigned gen, int n_tasks) {
+    uint64_t v = __atomic_load_n(&p->next, __ATOMIC_ACQUIRE);
+    for (;;) {
+        if ((unsigned)(v >> 32) != gen || (int)(v & 0xffffffffu) >= n_tasks) return -1;
+        if (__atomic_compare_exchange_n(&p->next, &v, v + 1, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            return (int)(v & 0xffffffffu);
+    }
+}
+
+/* claim and run tasks of job `gen` until none is left; the last one done wakes the caller */
+static void work(es_pool *p, unsigned gen, es_task_fn fn, void *ctx, int n_tasks) {
+    int k;
+    while ((k = claim(p, gen, n_tasks)) >= 0) {
+        fn(ctx, k);
+        if (__atomic_add_fetch(&p->done, 1, __ATOMIC_ACQ_REL) == n_tasks) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->done_cv);
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
 }
 
 /* wait for a generation other than `seen` (or stop); returns 0 on stop */
@@ -81,12 +111,7 @@ static void *worker_main(void *arg) {
         ctx = p->ctx;
         n = p->n_tasks;
         pthread_mutex_unlock(&p->mu);
-        run_tasks(fn, ctx, n, w->index, p->threads);
-        if (__atomic_sub_fetch(&p->pending, 1, __ATOMIC_ACQ_REL) == 0) {
-            pthread_mutex_lock(&p->mu);
-            pthread_cond_signal(&p->done);
-            pthread_mutex_unlock(&p->mu);
-        }
+        work(p, seen, fn, ctx, n);
     }
     return NULL;
 }
@@ -112,14 +137,14 @@ es_pool *es_pool_create(int threads) {
         return NULL;
     }
     pthread_cond_init(&p->wake, NULL);
-    pthread_cond_init(&p->done, NULL);
+    pthread_cond_init(&p->done_cv, NULL);
     for (i = 1; i < threads; ++i) {
         p->worker[i].pool = p;
         p->worker[i].index = i;
         if (pthread_create(&p->tid[i], NULL, worker_main, &p->worker[i]) != 0) {
             stop_workers(p, i - 1);
             pthread_cond_destroy(&p->wake);
-            pthread_cond_destroy(&p->done);
+            pthread_cond_destroy(&p->done_cv);
             pthread_mutex_destroy(&p->mu);
             free(p);
             return NULL;
@@ -132,32 +157,35 @@ void es_pool_destroy(es_pool *p) {
     if (!p) return;
     stop_workers(p, p->threads - 1);
     pthread_cond_destroy(&p->wake);
-    pthread_cond_destroy(&p->done);
+    pthread_cond_destroy(&p->done_cv);
     pthread_mutex_destroy(&p->mu);
     free(p);
 }
 
 void es_parallel_for(es_pool *p, int n_tasks, es_task_fn fn, void *ctx) {
+    unsigned gen;
     int i;
     if (!p || n_tasks < 2) {
-        run_tasks(fn, ctx, n_tasks, 0, 1);
+        run_all(fn, ctx, n_tasks);
         return;
     }
     pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->ctx = ctx;
     p->n_tasks = n_tasks;
-    __atomic_store_n(&p->pending, p->threads - 1, __ATOMIC_RELEASE);
-    __atomic_add_fetch(&p->gen, 1u, __ATOMIC_ACQ_REL);
+    gen = p->gen + 1u;
+    __atomic_store_n(&p->done, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->next, (uint64_t)gen << 32, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->gen, gen, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
-    run_tasks(fn, ctx, n_tasks, 0, p->threads);
-    for (i = 0; i < ES_POOL_SPINS; ++i) { /* the barrier: every worker done */
-        if (__atomic_load_n(&p->pending, __ATOMIC_ACQUIRE) == 0) return;
+    work(p, gen, fn, ctx, n_tasks);
+    for (i = 0; i < ES_POOL_SPINS; ++i) { /* the barrier: tasks workers claimed, done */
+        if (__atomic_load_n(&p->done, __ATOMIC_ACQUIRE) == n_tasks) return;
         sched_yield();
     }
     pthread_mutex_lock(&p->mu);
-    while (__atomic_load_n(&p->pending, __ATOMIC_ACQUIRE) != 0)
-        pthread_cond_wait(&p->done, &p->mu);
+    while (__atomic_load_n(&p->done, __ATOMIC_ACQUIRE) != n_tasks)
+        pthread_cond_wait(&p->done_cv, &p->mu);
     pthread_mutex_unlock(&p->mu);
 }

@@ -2,8 +2,9 @@
  * options: {threads: N}, N > 1 (model.h's ES_THREADS). POSIX threads only.
  *
  * es_pool_create starts N - 1 workers once, inside es_init; after that nothing allocates.
- * es_parallel_for(pool, n, fn, ctx) runs fn(ctx, k) for k = 0 .. n - 1: task k on
- * thread k % N (thread 0 is the caller), then waits for all of them, a barrier. model.c
+ * es_parallel_for(pool, n, fn, ctx) runs fn(ctx, k) for k = 0 .. n - 1, each task on
+ * whichever thread claims it first (the caller claims too), and returns when all are
+ * done, a barrier. model.c
  * splits a heavy step's output channels into n disjoint ranges and calls the unchanged
  * kernel once per range, each with its own scratch, so the tasks share nothing they
  * write. Workers spin (yielding the CPU) for a while between steps, then sleep on a
