@@ -12,7 +12,7 @@ import shlex
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from edgesmith.artifact import Artifact
 from edgesmith.errors import ConversionError, ProfileError, UnsupportedOpError
@@ -47,11 +47,13 @@ class COptions(BaseModel):
     # single-thread code, no pthreads; > 1: a pool of threads - 1 workers started in es_init
     threads: int = Field(1, ge=1, le=64)
 
-    @model_validator(mode="after")
-    def _no_threads_on_mcu(self) -> COptions:
-        if self.threads > 1 and _mcu_build(self.cross_cc, self.cross_cflags):
+    @field_validator("threads")
+    @classmethod
+    def _no_threads_on_mcu(cls, v: int, info: ValidationInfo) -> int:
+        """cross_cc / cross_cflags come before threads, so they are validated already."""
+        if v > 1 and _mcu_build(info.data.get("cross_cc"), info.data.get("cross_cflags", "")):
             raise ValueError(_MCU_THREADS)
-        return self
+        return v
 
 
 _MCU_THREADS = ("threads > 1 needs POSIX threads, which a bare-metal Cortex-M build does not "
