@@ -13,7 +13,8 @@ The fused step sits where the conv was and reads skip there, so skip must alread
 then (produced by an earlier step, or a graph input) and the planner keeps it live up to
 that step because the step lists it as an input. Anything else keeps the unfused pair:
 another kernel for the conv (its epilogue has no add), a batch (several calls), t read by
-more than the Add, a Sub, a broadcasting Add, skip produced after the conv.
+more than the Add, a Sub, a broadcasting Add, skip produced after the conv, an output plane
+under MIN_PLANE pixels.
 
 ``ES_NO_FUSE=1`` in the environment turns this pass (and the stem kernel choice,
 int8_conv.py) off, so that a benchmark can build the old and the new runtime side by side
@@ -26,6 +27,12 @@ import os
 
 from ..graph import Call, Graph, Ref, Step
 from . import kernels as K
+
+# the fused epilogue adds per channel in runs of at most 256 pixels; on smaller planes a
+# call per channel and run cost more than the separate Add's one pass over the tensor
+# (MobileNetV2-96, whose fused blocks are mostly 12x12 and smaller: 83 us fused against
+# 73 us as conv + Add, sums of per-step minima on a loaded 2-core machine)
+MIN_PLANE = 256
 
 
 def disabled() -> bool:
@@ -75,6 +82,9 @@ def fuse_conv_add(g: Graph) -> int:
             continue
         t = st.outputs[0]
         rd = readers.get(t, [])
+        cp = st.calls[0].args[-1]
+        if cp["OH"] * cp["OW"] < MIN_PLANE:
+            continue
         if t in g.outputs or len(rd) != 1 or g.tensors[t].kind != "act" or rd[0] in fused:
             continue
         add = g.steps[rd[0]]
