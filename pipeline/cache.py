@@ -8,6 +8,7 @@ discarded and recomputed, never used.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -31,12 +32,29 @@ def make_key(parts: dict[str, Any]) -> str:
 
 
 def code_hash(obj: Any) -> str:
-    """Hash of the source file defining ``obj``: a converter change invalidates its entries."""
+    """Hash of every source file of the package defining ``obj`` (its room: ``convert/``,
+    ``targets/`` with the C runtime's .c/.h files): a change to a converter's helpers, a
+    lowering pass or a kernel invalidates its entries, not only a change to the one file
+    that defines the target class (which let a cached C target keep stale kernels)."""
     target = obj if inspect.isfunction(obj) or inspect.isclass(obj) else type(obj)
     try:
-        return sha256_path(Path(inspect.getfile(target)))
+        return _tree_hash(Path(inspect.getfile(target)).resolve().parent)
     except (TypeError, OSError):
         return "unknown"
+
+
+SOURCE_SUFFIXES = (".py", ".c", ".h", ".ld")
+
+
+@functools.lru_cache(maxsize=16)
+def _tree_hash(folder: Path) -> str:
+    """sha256 over the sorted (relative path, content hash) of the folder's source files;
+    computed once per process (a build hashes each room once, not once per target)."""
+    h = hashlib.sha256()
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and p.suffix in SOURCE_SUFFIXES and "__pycache__" not in p.parts:
+            h.update(f"{p.relative_to(folder).as_posix()}\0{sha256_path(p)}\n".encode())
+    return h.hexdigest()
 
 
 def _files(folder: Path) -> dict[str, str]:

@@ -62,6 +62,8 @@ def _private_cache(tmp_path_factory):
     import os
 
     os.environ["EDGESMITH_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    # nor ~/.cache/edgesmith/zoo/data, where examples/zoo/data.py keeps generated sets
+    os.environ["EDGESMITH_ZOO_DATA_CACHE"] = str(tmp_path_factory.mktemp("zoo-data"))
     yield
 
 
