@@ -20,7 +20,13 @@ import numpy as np
 from edgesmith import __version__, outdir
 from edgesmith.artifact import Artifact, sha256_path
 from edgesmith.convert.onnx_qdq import quantize_qdq
-from edgesmith.errors import ConversionError, EdgesmithError, ModelLoadError, UsageError
+from edgesmith.errors import (
+    ConversionError,
+    EdgesmithError,
+    ModelLoadError,
+    ProfileError,
+    UsageError,
+)
 from edgesmith.inputs import CalibrationSet
 from edgesmith.profiles.schema import TargetSpec
 from edgesmith.target import ConvertContext, Target
@@ -171,6 +177,8 @@ class TargetResult:
     runtime_check: dict[str, Any] | None = None  # the declared runtime's verdict (runtime_check.py)
     # the accuracy-aware INT8 fallback's record, when it ran (pipeline/fallback.py)
     fallback: dict[str, Any] | None = None
+    # failed on the user's input (a target option naming no node, ...): exit 2, not 4
+    user_error: bool = False
 
     def to_json(self, root: Path) -> dict[str, Any]:
         d: dict[str, Any] = {"name": self.spec.name, "format": self.spec.format.value,
@@ -256,7 +264,9 @@ def convert_and_validate(spec: Any, options: Any, ctx_args: dict[str, Any], spli
         outdir.raise_if_disk_fault(e, root)  # a full/read-only disk: no target's fault
         ctx.log(e.message())
         return TargetResult(spec, None, None, "failed",
-                            f"{spec.name}: convert: {e.what} (full log: logs/{spec.name}.log)")
+                            f"{spec.name}: convert: {e.what} (full log: logs/{spec.name}.log)"
+                            + (f"; fix: {e.fix}" if e.fix and _is_user_error(e) else ""),
+                            user_error=_is_user_error(e))
     except Exception as e:  # a third-party converter crashed: keep the log, go on
         outdir.raise_if_disk_fault(e, root)
         ctx.log(traceback.format_exc())
@@ -403,12 +413,20 @@ def describe_failure(results: list[TargetResult]) -> str:
     return "\n".join(f"  {r.message}" for r in results if r.status in ("failed", "rejected"))
 
 
-def failure(results: list[TargetResult]) -> ConversionError | None:
-    """The error a build with failed or rejected targets exits with; None when all ran."""
+def _is_user_error(e: EdgesmithError) -> bool:
+    """A target's error that the user's input caused (its options, its profile): the fix is
+    theirs, so the build exits 2 as for any usage error, not 4 (a conversion fault)."""
+    return isinstance(e, (UsageError, ProfileError))
+
+
+def failure(results: list[TargetResult]) -> EdgesmithError | None:
+    """The error a build with failed or rejected targets exits with; None when all ran. A
+    target that failed on the user's own input makes it a usage error (exit 2)."""
     bad = [r for r in results if r.status in ("failed", "rejected")]
     if not bad:
         return None
-    return ConversionError(
+    kind = UsageError if any(r.user_error for r in bad) else ConversionError
+    return kind(
         f"{len(bad)} of {len(results)} target(s) failed:\n{describe_failure(results)}",
         fix="see logs/ in the build folder; the other targets are in the manifest",
     )

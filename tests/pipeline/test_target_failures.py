@@ -185,3 +185,20 @@ def test_no_qdq_model_is_made_when_no_int8_target_uses_it(tmp_path, splits):
     targets = [(spec, registry.validate_options(registry.get("tflite"), spec, "test"))]
     assert stages.static_qdq(targets, tmp_path / "unused.onnx", calib, tmp_path) is None
     assert not (tmp_path / "model_qdq.onnx").exists()
+
+
+def test_a_target_option_naming_no_node_is_exit_2_with_its_fix(cli, digits_ckpt, tmp_path):
+    """A C target's tiling split that names no node is the user's mistake, found only while
+    lowering: the build exits 2 (usage), not 4 (conversion fault), says what to set, and
+    the other target of the profile still builds."""
+    prof = tmp_path / "p.yaml"
+    prof.write_text("extends: host\ntargets:\n  - {format: onnx, precision: fp32}\n"
+                    "  - {format: c, precision: fp32, options: {tiling: {patches: 2, "
+                    "split: /no/such/node}}}\n")
+    r = cli("build", digits_ckpt, "--arch", DIGITS_ARCH, "--profile", prof,
+            "--out", tmp_path / "o")
+    assert r.code == 2, r.out + r.err
+    assert "/no/such/node" in r.err and "fix:" in r.err and "Traceback" not in r.err
+    m = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert {t["name"]: t["status"] for t in m["targets"]} == {"onnx-fp32": "ok",
+                                                              "c-fp32": "failed"}
