@@ -41,7 +41,7 @@ ZOO = {e.name: e for e in (
     Entry("mobilenetv2", "mobilenetv2.py", "digits", IMAGE_SIZES),
     Entry("mobilenetv3_small", "mobilenetv3.py", "digits", IMAGE_SIZES, epochs=12),
     Entry("resnet18", "resnet18.py", "shapes", IMAGE_SIZES, epochs=10),
-    Entry("efficientnet_b0", "efficientnet.py", "shapes", IMAGE_SIZES, epochs=6),
+    Entry("efficientnet_b0", "efficientnet.py", "shapes", IMAGE_SIZES, epochs=20),
     Entry("vit_small", "vit.py", "shapes", (32, 96), "build_small_{size}", lr=1e-3,
           note="4 blocks of width 96, DeiT-tiny's structure (vit.py:build_96 is DeiT-tiny itself)"),
     Entry("kws_gru", "kws_gru.py", "keywords", (0,), lr=3e-3),
