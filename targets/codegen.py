@@ -11,7 +11,6 @@ for every model), ``bench_main.c`` and a ``Makefile``.
 from __future__ import annotations
 
 import json
-import math
 import re
 import shutil
 from dataclasses import dataclass
@@ -25,10 +24,14 @@ from edgesmith.artifact import write_text_atomic
 from edgesmith.errors import ConversionError
 
 from . import weights as wts
+from .c_text import _comment, _fields, _wrap, c_float, c_string
 from .graph import Call, Graph, Ref, c_ident
 from .planner import Plan, render_plan
-from .threads import Split
+from .threads import DEFAULT_MIN_MACS, Split, prune
+from .threads import apply as threads_pass
 from .tiling import TiledStep
+from .tiling import apply as tiling_pass
+from .tiling_c import tiled_case
 
 RUNTIME = Path(__file__).parent / "runtime"
 CORE_SOURCES = ["edgesmith_rt.h", "es_simd.h", "es_runtime.c", "es_model.c", "es_power.h",
@@ -50,8 +53,6 @@ class Generated:
     def figures(self) -> dict[str, Any]:
         return {**self.plan.figures(), "weights_bytes": self.weights_bytes,
                 "steps": None}
-
-
 
 
 @dataclass(frozen=True)
@@ -132,21 +133,6 @@ def _preprocess_h(spec: dict[str, Any] | None) -> list[str]:
             '#include "es_preprocess.h"', "#define ES_PREPROCESS 1",
             "#define ES_PREPROCESS_SPEC { \\", *(f"    {f} \\" for f in fields[:-1]),
             f"    {fields[-1]}"]
-
-
-def c_float(v: float) -> str:
-    v = float(v)
-    if math.isnan(v):
-        return "0.0f"
-    v = max(min(v, 3.4028234e38), -3.4028234e38)
-    s = f"{v:.9g}"
-    if not any(ch in s for ch in ".e"):
-        s += ".0"
-    return s + "f"
-
-
-def c_string(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
 
 
 # kernels that call another kernel file's function: es_conv2d_i8_dot_add's epilogue is
@@ -237,47 +223,6 @@ class _Writer:
         if len(one) <= 88:
             return one
         return f"{c.fn}(" + f",\n{' ' * (9 + len(c.fn))}".join(args) + ")"
-
-
-def _wrap(items: list[str], indent: str, sep: str, width: int) -> str:
-    """``items`` joined by ``sep`` in lines of at most ``width`` characters."""
-    lines, cur = [], ""
-    for it in items:
-        piece = f"{it}{sep}"
-        if cur and len(indent) + len(cur) + 1 + len(piece) > width:
-            lines.append(indent + cur)
-            cur = piece
-        else:
-            cur = f"{cur} {piece}" if cur else piece
-    if cur:
-        lines.append(indent + cur)
-    return "\n".join(lines)
-
-
-# fields that hold an edgesmith_rt.h constant, written by name: the lowerings keep the
-# numbers (the kernels' Python mirrors compare them), model.c shows what they mean
-_NAMED = {"rq": ("ES_RQ_FIXED", "ES_RQ_FP32"),
-          "act": ("ES_ACT_NONE", "ES_ACT_RELU", "ES_ACT_CLIP", "ES_ACT_LEAKY")}
-
-
-def _fields(a: dict) -> list[str]:
-    """Designated initialisers of a parameter block; a str value is a C constant's name."""
-    out = []
-    for k, v in a.items():
-        if k == "__struct__":
-            continue
-        names = _NAMED.get(k.rsplit(".", 1)[-1], ())
-        if isinstance(v, list):
-            out.append(f".{k} = {{{', '.join(str(int(x)) for x in v)}}}")
-        elif isinstance(v, (float, np.floating)):
-            out.append(f".{k} = {c_float(v)}")
-        elif isinstance(v, str):
-            out.append(f".{k} = {v}")
-        elif not isinstance(v, bool) and 0 <= int(v) < len(names):
-            out.append(f".{k} = {names[int(v)]}")
-        else:
-            out.append(f".{k} = {int(v)}")
-    return out
 
 
 def _model_h(g: Graph, plan: Plan, wl: wts.WeightsLayout, embedded: bool, name: str,
@@ -409,10 +354,6 @@ const char *const es_step_ops[] = {{
 """
 
 
-def _comment(s: str) -> str:
-    return s.replace("*/", "* /")
-
-
 def _buffer_defines(g: Graph, plan: Plan, wl: wts.WeightsLayout, names: dict[str, str]) -> str:
     """One #define per buffer: activations at their arena offset (A), constants at their
     weights offset (W), each step's scratch; used only inside es_run_step."""
@@ -506,8 +447,6 @@ def _parallel_case(st: Any, i: int, w: _Writer, split: Split) -> str:
 # -- patch-based execution of the network's first layers (tiling.py) --------------------------
 def _tiled_case(st: TiledStep, i: int, w: _Writer) -> str:
     """A tiled segment's case of es_run_step: tiling_c.py writes it."""
-    from .tiling_c import tiled_case
-
     return tiled_case(st, i, w)
 
 
@@ -567,8 +506,6 @@ def generate(g: Graph, plan: Plan, out_dir: Path, *, embedded: bool = False, cc:
     """The C folder for ``g``; ``preprocess`` (the profile's block) adds es_preprocess.c
     to the library and ES_PREPROCESS_SPEC to model.h; ``threads`` > 1 the worker pool,
     which the steps in ``splits`` (threads.apply, before the plan) run on."""
-    from .threads import prune
-
     out_dir = Path(out_dir)
     preprocess = _spec_dict(preprocess)
     splits = splits if threads > 1 else None
@@ -628,9 +565,6 @@ def from_onnx(onnx_path: Path, out_dir: Path, *, precision: str = "fp32", embedd
     from .ir import lower
     from .isa import macros
     from .planner import plan as make_plan
-    from .threads import DEFAULT_MIN_MACS
-    from .threads import apply as threads_pass
-    from .tiling import apply as tiling_pass
 
     g = lower(onnx_path, precision, macros(deploy_cc or cc, deploy_cflags if deploy_cc
                                            else cflags), requant)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .c_text import _comment, _fields, _wrap, c_float
 from .graph import Ref
 from .tiling import Patch, TiledStep, Win
 
@@ -49,8 +50,6 @@ static void es_tile_quantize(int8_t *dst, const float *src, const es_tile_window
 
 def _block(w: Any, struct: str, name: str, step: int, fields: dict) -> str:
     """A named static const parameter block in model.c; returns ``&name``."""
-    from .codegen import _fields, _wrap
-
     pname = w.param_name(name, step)
     w.params.append(f"static const {struct} {pname} = {{\n"
                     + _wrap(_fields(fields), "    ", ",", 92) + "\n};")
@@ -159,8 +158,6 @@ def _count_arg(fn: str) -> int:
 
 def checks(st: TiledStep, i: int) -> list[str]:
     """Each conv layer's planned patch scratch against its kernel's macro on every patch."""
-    from .codegen import _comment
-
     lines = []
     for k, layer in enumerate(st.layers):
         kern = layer.calls[0].kernel
@@ -176,8 +173,6 @@ def checks(st: TiledStep, i: int) -> list[str]:
 def _quantize_in(st: TiledStep, i: int, pa: Patch, w: Any, base: str) -> str:
     """The first layer (the input's QuantizeLinear) as the copy-in: the float window
     quantized straight into buffer 1; the window's offsets count elements, not bytes."""
-    from .codegen import c_float
-
     if not getattr(w, "tile_quantize", False):
         _helper(w)
         w.params.append(_TILE_QUANTIZE)
@@ -192,8 +187,6 @@ def _quantize_in(st: TiledStep, i: int, pa: Patch, w: Any, base: str) -> str:
 
 def tiled_case(st: TiledStep, i: int, w: Any) -> str:
     """The ``case i:`` of es_run_step that runs the segment patch by patch."""
-    from .codegen import _comment
-
     body = [f"    case {i}: /* {_comment(st.name)} ({st.op}): {len(st.layers)} layers on "
             f"{len(st.patches)} patches (tiling.py) */"]
     shared: dict = {}
