@@ -21,6 +21,11 @@ from edgesmith.errors import ConversionError
 # far below any real rewrite error, with an absolute floor for outputs that are all ~0.
 PARITY_RTOL = 1e-4
 PARITY_ATOL = 1e-5
+# A rewrite bug changes the graph's function, so it shows on any input; the check needs
+# enough samples to exercise every branch of the data, not the whole val split. 128 keeps
+# it a few seconds on ResNet-18-224 (the full 1000 ran onnxruntime twice over all of them),
+# and every target is still validated against the reference on the whole split later.
+PARITY_SAMPLES = 128
 
 
 @dataclass(frozen=True)
@@ -105,7 +110,8 @@ def _remove_dropout_identity(model) -> None:
 
 
 def optimize(src: Path, dst: Path, check_x: np.ndarray, batch: int = 256) -> OptimizeResult:
-    """onnxslim + own passes, checked against ``src`` on ``check_x`` in runs of ``batch``."""
+    """onnxslim + own passes, checked against ``src`` on the first ``PARITY_SAMPLES`` of
+    ``check_x`` in runs of ``batch``."""
     import onnx
     import onnxslim
 
@@ -122,6 +128,7 @@ def optimize(src: Path, dst: Path, check_x: np.ndarray, batch: int = 256) -> Opt
     onnx.checker.check_model(slim)
     dst.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(slim, str(dst))
+    check_x = check_x[:PARITY_SAMPLES]
     ref = run_ort(src, check_x, batch)
     got = run_ort(dst, check_x, batch)
     err, scale, tol = check_parity(ref, got, str(dst))
