@@ -46,6 +46,9 @@ BENCH_SAMPLES = 16
 def torch_reference(model: Any, x: np.ndarray) -> np.ndarray:
     """One thread, runs of 32: on MobileNetV2-96 (2 cores shared, load ~17) that took 4.2x
     less CPU and 3.6x less wall time than torch's 2 threads x 256 (threads spin for work).
+    Re-measured on 2 cores as other jobs started (load 1 -> 9; random weights, 256 samples,
+    runs of 32): 1 thread 4.1-8.4 s wall, 2 threads 38.6-45.1 s. A second thread only pays
+    on an idle machine, and a build cannot know it stays idle, so one it is.
     The thread count is put back: later stages (export, training) keep theirs."""
     import torch
 
