@@ -18,6 +18,7 @@ from edgesmith.artifact import Artifact
 from edgesmith.errors import ConversionError, ProfileError, UnsupportedOpError
 from edgesmith.target import CompatRule, ConvertContext, Runner, Target
 
+from .int8_input import InputOption
 from .tiling import TilingOption
 
 _HINT = ("the C runtime has no kernel for this op; use another target (onnx, tflite) or "
@@ -46,6 +47,10 @@ class COptions(BaseModel):
     # worker threads a heavy step's output channels are split over (threads.py); 1: the
     # single-thread code, no pthreads; > 1: a pool of threads - 1 workers started in es_init
     threads: int = Field(1, ge=1, le=64)
+    # int8 builds: "int8" folds the input's QuantizeLinear out, the caller passes the input
+    # quantized with model.h's ES_INPUT0_SCALE / _ZERO_POINT, as TFLite Micro's int8 models
+    # take it (int8_input.py): no float copy of the input in the arena
+    input: InputOption = "float"
 
     @field_validator("threads")
     @classmethod
@@ -141,7 +146,7 @@ class CTarget(Target):
                   deploy_cflags=opts.cross_cflags, requant=opts.requant, power=power,
                   preprocess=getattr(ctx.profile, "preprocess", None),  # model.h's spec
                   tiling=opts.tiling, arena_budget=_arena_budget(ctx.profile),
-                  threads=opts.threads)
+                  threads=opts.threads, input=opts.input)
         ctx.log(f"c: lowering {src} ({precision}, {source})")
         try:
             gen = codegen.from_onnx(src, out, **kw)
@@ -220,7 +225,7 @@ class CTarget(Target):
             return None
         with tempfile.TemporaryDirectory(prefix="es_lat_") as tmp:
             fin = Path(tmp) / "in.raw"
-            x.astype("<f4").tofile(fin)
+            run.raw_input(build_dir, x).tofile(fin)  # int8 for an input: int8 model
             # the compute time: the profile's power schedule (model.h) is for the device
             args = ["--input", str(fin), "--runs", "50", "--warmup", "5", "--no-power"]
             if (build_dir / "weights.bin").exists():

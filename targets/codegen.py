@@ -26,6 +26,7 @@ from edgesmith.errors import ConversionError
 from . import weights as wts
 from .c_text import _comment, _fields, _wrap, c_float, c_string
 from .graph import Call, Graph, Ref, c_ident
+from .int8_input import fold_input_quantize
 from .planner import Plan, render_plan
 from .threads import DEFAULT_MIN_MACS, Split, prune
 from .threads import apply as threads_pass
@@ -254,6 +255,9 @@ def _model_h(g: Graph, plan: Plan, wl: wts.WeightsLayout, embedded: bool, name: 
             lines.append(f"#define ES_{kind}{i}_ELEMS {t.size}u")
             lines.append(f"#define ES_{kind}{i}_BYTES {t.nbytes}u")
             lines.append(f"/* {kind.lower()} {i}: {t.ctype} {list(t.shape)} */")
+            if kind == "INPUT" and t.dtype == "i8" and t.scale is not None:  # int8_input.py
+                lines += [f"#define ES_INPUT{i}_SCALE {c_float(float(t.scale[0]))}",
+                          f"#define ES_INPUT{i}_ZERO_POINT {t.zero_point}"]
     return "\n".join(lines + _power_h(power) + _preprocess_h(preprocess) + _detect_h(g)
                      + _API_H)
 
@@ -556,18 +560,21 @@ def from_onnx(onnx_path: Path, out_dir: Path, *, precision: str = "fp32", embedd
               deploy_cflags: str | None = None, requant: str = "fp32",
               power: PowerDefaults | None = None, preprocess: Any = None,
               tiling: Any = None, arena_budget: int | None = None, threads: int = 1,
-              split_min_macs: int | None = None) -> Generated:
+              split_min_macs: int | None = None, input: str = "float") -> Generated:
     """Lower, plan and generate in one call. Kernels are picked for ``deploy_cc`` /
     ``deploy_cflags`` (the device's compiler, when it is not ``cc``); ``requant`` is
     ir.lower's; ``power`` becomes model.h's ES_POWER_* defaults, ``preprocess`` (the
     profile's block) its ES_PREPROCESS_SPEC; ``threads`` > 1 splits the heavy steps of at
-    least ``split_min_macs`` MACs (threads.py's default when None) over a worker pool."""
+    least ``split_min_macs`` MACs (threads.py's default when None) over a worker pool;
+    ``input`` "int8": the model takes its input quantized (int8_input.py)."""
     from .ir import lower
     from .isa import macros
     from .planner import plan as make_plan
 
     g = lower(onnx_path, precision, macros(deploy_cc or cc, deploy_cflags if deploy_cc
                                            else cflags), requant)
+    if input == "int8":  # the caller passes the quantized input (int8_input.py)
+        g = fold_input_quantize(g)
     splits = threads_pass(g, threads, DEFAULT_MIN_MACS if split_min_macs is None
                           else split_min_macs)  # before the plan: scratch per thread
     p = make_plan(g, alignment=alignment)

@@ -19,6 +19,8 @@ import numpy as np
 
 from edgesmith.errors import ConversionError
 
+from .int8_input import raw_input
+
 
 def build(folder: Path, *, cc: str | None = None, cflags: str | None = None,
           target: str = "edgesmith_bench", log=None, timeout: float = 600) -> Path:
@@ -48,7 +50,8 @@ def _jobs() -> int:
 def io_shapes(folder: Path) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
     """Input and output shapes, read back from model.h."""
     text = (Path(folder) / "model.h").read_text()
-    ins = [tuple(json.loads(m)) for m in re.findall(r"/\* input \d+: float (\[.*?\]) \*/", text)]
+    ins = [tuple(json.loads(m)) for m in re.findall(  # int8_t: C option input: int8
+        r"/\* input \d+: (?:float|int8_t) (\[.*?\]) \*/", text)]
     outs = [tuple(json.loads(m)) for m in re.findall(r"/\* output \d+: float (\[.*?\]) \*/",
                                                       text)]
     return ins, outs
@@ -111,7 +114,7 @@ def _run_samples(folder: Path, binary: Path, x: np.ndarray, oshape: tuple[int, .
         return np.zeros((0, per), np.float32)
     with tempfile.TemporaryDirectory(prefix="es_run_") as tmp:
         fin, fout = Path(tmp) / "in.raw", Path(tmp) / "out.raw"
-        x.astype("<f4").tofile(fin)
+        raw_input(folder, x).tofile(fin)  # quantized for an int8-input model
         args = ["--weights", str((folder / "weights.bin").resolve()),
                 "--input", str(fin), "--output", str(fout)]
         args += ["--samples", str(n)] if batched else ["--runs", "1", "--warmup", "0",

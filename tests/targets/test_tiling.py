@@ -16,6 +16,7 @@ from edgesmith.targets.ir import lower
 from edgesmith.targets.planner import plan
 from edgesmith.targets.tiling import TiledStep, TilingForce, apply
 from tests.targets._helpers import _qdq, export
+from tests.targets._tiling_nets import move_bn_statistics
 
 H, W = 63, 61
 
@@ -35,11 +36,7 @@ def _chain_model():
     m = nn.Sequential(*cbr(3, 16, 3, 2), *cbr(16, 16, 3, 1, 16), nn.Conv2d(16, 8, 1),
                       *cbr(8, 24, 1), *cbr(24, 24, 3, 2, 24), nn.Conv2d(24, 12, 1),
                       nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(12, 5)).eval()
-    for mod in m.modules():
-        if isinstance(mod, nn.BatchNorm2d):
-            mod.running_mean.uniform_(-0.2, 0.2)
-            mod.running_var.uniform_(0.5, 2.0)
-    return m
+    return move_bn_statistics(m)
 
 
 @pytest.fixture(scope="module")

@@ -19,53 +19,10 @@ from edgesmith.targets.ir import lower
 from edgesmith.targets.planner import plan
 from edgesmith.targets.tiling import TiledStep, TilingForce, apply
 from tests.targets._helpers import _qdq, export
+from tests.targets._tiling_nets import mbv2_style
 
 H, W = 45, 39
 ADD1, ADD2 = "/b3/Add", "/b4/Add"
-
-
-def _mbv2_style():
-    """stem 3x3 s2 -> IR(t=1) -> IR(t=6, s2) -> IR(t=6) + skip -> IR(t=6) + skip -> head:
-    MobileNetV2's first stages and widths, BN with moved statistics."""
-    import torch
-    import torch.nn as nn
-
-    torch.manual_seed(0)
-
-    def cbr(i, o, k=3, s=1, g=1):
-        return [nn.Conv2d(i, o, k, s, k // 2, groups=g, bias=False), nn.BatchNorm2d(o),
-                nn.ReLU6()]
-
-    class IR(nn.Module):
-        def __init__(self, cin, cout, s, t):
-            super().__init__()
-            hid = cin * t
-            layers = (cbr(cin, hid, 1) if t != 1 else []) + cbr(hid, hid, 3, s, hid)
-            self.conv = nn.Sequential(*layers, nn.Conv2d(hid, cout, 1, bias=False),
-                                      nn.BatchNorm2d(cout))
-            self.res = s == 1 and cin == cout
-
-        def forward(self, x):
-            return x + self.conv(x) if self.res else self.conv(x)
-
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.stem = nn.Sequential(*cbr(3, 32, 3, 2))
-            self.b1, self.b2 = IR(32, 16, 1, 1), IR(16, 24, 2, 6)
-            self.b3, self.b4 = IR(24, 24, 1, 6), IR(24, 24, 1, 6)
-            self.head = nn.Sequential(nn.Conv2d(24, 32, 1), nn.AdaptiveAvgPool2d(1),
-                                      nn.Flatten(), nn.Linear(32, 5))
-
-        def forward(self, x):
-            return self.head(self.b4(self.b3(self.b2(self.b1(self.stem(x))))))
-
-    m = Net().eval()
-    for mod in m.modules():
-        if isinstance(mod, nn.BatchNorm2d):
-            mod.running_mean.uniform_(-0.2, 0.2)
-            mod.running_var.uniform_(0.5, 2.0)
-    return m
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +30,7 @@ def models(tmp_path_factory):
     import torch
 
     d = tmp_path_factory.mktemp("tiling_res")
-    fp32 = export(_mbv2_style(), torch.randn(1, 3, H, W), d / "mb.onnx")
+    fp32 = export(mbv2_style(), torch.randn(1, 3, H, W), d / "mb.onnx")
     rng = np.random.default_rng(2)
     qdq = _qdq(fp32, rng.standard_normal((16, 3, H, W)).astype(np.float32), d / "mb_q.onnx")
     return d, {"fp32": fp32, "int8": qdq}, rng.standard_normal((1, 3, H, W)).astype(np.float32)

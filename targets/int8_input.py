@@ -1,0 +1,104 @@
+"""The int8 entry point of an int8 C model (C option ``input: int8``).
+
+A static INT8 model made from a float network starts with the input's QuantizeLinear: the
+caller hands over float32 pixels (96x96x3: 110,592 B) and the first step turns them into
+int8 (27,648 B). Both live in the arena, and the float one stays whole for as long as
+anything still reads it, which with patch-based execution (tiling.py) is the whole tiled
+segment: at MobileNetV2-96 it alone is 0.37x the tensor-level bound. An MCU camera gives
+8-bit pixels, and TensorFlow Lite Micro's int8 models take an int8 input tensor, which the
+caller fills in the arena (``interpreter->input(0)->data.int8``) and which TFLM counts in
+its arena.
+
+So with ``input: int8`` the QuantizeLinear goes: the quantized tensor becomes the model's
+input, the caller passes int8 values quantized with the scale and zero point model.h
+states (ES_INPUT<i>_SCALE, ES_INPUT<i>_ZERO_POINT: q = clamp(rint(x / scale) + zp)), and
+the arena holds that int8 input as TFLM's does; no float copy exists anywhere in the
+model's RAM. Outputs are unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from edgesmith.errors import UsageError
+
+from .graph import Graph, Ref, Step
+
+InputOption = Literal["float", "int8"]
+QUANTIZE = "es_quantize_f32_i8"
+
+
+def _quantizer(g: Graph, name: str) -> Step | None:
+    """The one step reading input ``name``, when it is a whole-tensor QuantizeLinear."""
+    readers = [st for st in g.steps if name in st.inputs]
+    if len(readers) != 1 or name in g.outputs:
+        return None
+    st = readers[0]
+    if len(st.calls) != 1 or st.calls[0].fn != QUANTIZE or st.inputs != [name]:
+        return None
+    src, dst, n, _, _ = st.calls[0].args
+    whole = g.tensors[name].size
+    if not (isinstance(src, Ref) and isinstance(dst, Ref) and not src.offset
+            and not dst.offset and n == whole):
+        return None
+    return st
+
+
+def fold_input_quantize(g: Graph) -> Graph:
+    """``g`` with each float input's QuantizeLinear folded out: its int8 output becomes the
+    input (scale and zero point kept on the tensor, for model.h). Refused (UsageError) when
+    the build is not int8 or no input is quantized by a step of its own: the caller could
+    not know how to quantize."""
+    if g.precision != "int8":
+        raise UsageError("c option input: int8 needs an int8 build; this one is "
+                         f"{g.precision}", where="options.input",
+                         fix="set input: float (the default) for a float build, or build "
+                             "with precision int8")
+    tensors, steps, inputs = dict(g.tensors), list(g.steps), list(g.inputs)
+    for i, name in enumerate(g.inputs):
+        st = _quantizer(g, name)
+        if st is None:
+            continue
+        _, _, _, scale, zp = st.calls[0].args
+        q = st.outputs[0]
+        tensors.pop(name)
+        tensors[q] = replace(tensors[q], kind="input",
+                             scale=np.asarray([scale], dtype=np.float32), zero_point=int(zp))
+        steps.remove(st)
+        inputs[i] = q
+    if inputs == g.inputs:
+        raise UsageError(
+            "c option input: int8: no model input is quantized by a QuantizeLinear of its "
+            f"own (inputs {', '.join(g.input_names)})", where="options.input",
+            fix="set input: float (the default); input: int8 folds the input's "
+                "QuantizeLinear of a statically quantized model")
+    return replace(g, tensors=tensors, steps=steps, inputs=inputs)
+
+
+def quantize(x: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
+    """What the caller of an int8-input model does to float inputs: es_quantize_f32_i8's
+    arithmetic (float32 division, round half to even, + zp, clamp), so the int8 model gives
+    the float-input model's output bit for bit."""
+    v = np.rint(np.asarray(x, dtype=np.float32) / np.float32(scale)) + np.float32(zero_point)
+    return np.clip(v, -128, 127).astype(np.int8)
+
+
+def folder_quantization(folder: Path) -> tuple[float, int] | None:
+    """(scale, zero point) of input 0 from a generated folder's model.h, when the model
+    takes it as int8 (None: a float input)."""
+    text = (Path(folder) / "model.h").read_text()
+    s = re.search(r"#define ES_INPUT0_SCALE (\S+?)f?\n", text)
+    z = re.search(r"#define ES_INPUT0_ZERO_POINT (-?\d+)", text)
+    return (float(s.group(1)), int(z.group(1))) if s and z else None
+
+
+def raw_input(folder: Path, x: np.ndarray) -> np.ndarray:
+    """The bytes edgesmith_bench --input expects of float inputs ``x``: float32 as is, or
+    quantized for an int8-input model."""
+    q = folder_quantization(folder)
+    return np.asarray(x).astype("<f4") if q is None else quantize(x, *q)
