@@ -13,11 +13,13 @@
  *
  * wc: [M16][KH][KW][C4][16][4] int8, M16 = ceil(M / 16) blocks of 16 output channels, C4 =
  * ceil(C / 4) input quads; zero-padded. Scratch (es_i8_cl_scratch): the padded input as
- * HWC uint8 quads, xh[r][q][c4], 4 * Hp * Wp * C4 bytes. A tile is 8 output pixels x 32
- * channels (16 accumulators); each step loads two weight vectors and broadcasts one input
- * word per pixel. The tile's 8 x 16 bytes per block are transposed to channel rows (three
- * rounds of byte, word and dword interleaves) and stored 8 pixels at a time into the CHW
- * output. Pairs of weight blocks run outside the pixel tiles, so a pair's weights stay in
+ * HWC uint8 quads, xh[r][q][c4], 4 * Hp * Wp * C4 bytes. A tile is n output pixels x 32
+ * channels (2n accumulators); each step loads two weight vectors and broadcasts one input
+ * word per pixel. A plane of up to 12 pixels is one tile (a 3x3 plane: 9 pixels, not a
+ * tile of 8 and one of 1 that computes 8), larger planes run in near-equal tiles of at
+ * most 8 (7x7: 7 tiles of 7, not 7 of 8), so no lanes compute pixels that are not there.
+ * The tile's bytes per block are transposed to channel rows (three rounds of byte, word
+ * and dword interleaves) and stored 8 pixels at a time into the CHW output. Pairs of weight blocks run outside the pixel tiles, so a pair's weights stay in
  * L1 while every tile of pixels uses them. Without VNNI the same tiles run in plain C. */
 #include <string.h>
 
@@ -29,7 +31,9 @@
 #include <immintrin.h>
 #endif
 
-#define NP 8  /* output pixels per tile */
+#define NP 12 /* output pixels per tile, at most: 24 accumulators, 2 weight vectors and a
+                 broadcast in the 32 vector registers */
+#define SP 8  /* pixels per output transpose */
 #define NC 16 /* output channels per weight block */
 
 /* every word of xh the input does not cover (padding) reads x_zp + 128 */
@@ -150,14 +154,19 @@ static void store_block(const __m512i *acc, const es_rq16 *rq, int m0, int nm, i
     const __m512i zp = _mm512_set1_epi32(p->y_zp);
     const __m128i lo = _mm_set1_epi8((char)p->qmin), hi = _mm_set1_epi8((char)p->qmax);
     const __mmask16 kp = (__mmask16)((1u << np) - 1u);
-    __m128i r[NP], t[NP], u[NP], v[NP];
+    __m128i r[SP], t[SP], u[SP], v[SP];
     int i, c;
-    for (i = 0; i < NP; ++i) {
-        const __m512i q = _mm512_add_epi32(es_rq16_apply(acc[i], rq), zp);
+    for (i = 0; i < SP; ++i) {
+        __m512i q;
+        if (i >= np) { /* past the tile's pixels: not stored */
+            r[i] = _mm_setzero_si128();
+            continue;
+        }
+        q = _mm512_add_epi32(es_rq16_apply(acc[i], rq), zp);
         r[i] = _mm_min_epi8(_mm_max_epi8(_mm512_cvtsepi32_epi8(q), lo), hi);
     }
     /* 8 pixels x 16 channels -> 16 channels x 8 pixels: t pairs pixels, u quads, v octets */
-    for (i = 0; i < NP; i += 2) {
+    for (i = 0; i < SP; i += 2) {
         t[i] = _mm_unpacklo_epi8(r[i], r[i + 1]);     /* channels 0..7 */
         t[i + 1] = _mm_unpackhi_epi8(r[i], r[i + 1]); /* channels 8..15 */
     }
@@ -174,69 +183,94 @@ static void store_block(const __m512i *acc, const es_rq16 *rq, int m0, int nm, i
     for (c = 0; c < nm && c < NC; ++c) {
         const __m128i row = c & 1 ? _mm_unpackhi_epi64(v[c / 2], v[c / 2]) : v[c / 2];
         int8_t *dst = y + (size_t)(m0 + c) * P + p0;
-        if (np == NP)
+        if (np == SP)
             _mm_storel_epi64((__m128i *)dst, row);
         else
             _mm_mask_storeu_epi8(dst, kp, row);
     }
 }
 
-static void tile(const cl_tile *tl, int KH, int KW, int C4, const int32_t *bias,
-                 const int32_t *mult, const int32_t *shift, int8_t *y, int P,
-                 const es_conv_params *p) {
+/* store_block of a whole tile: its first 8 pixels, then the rest */
+static void store_tile(const __m512i *acc, const es_rq16 *rq, int m0, int nm, int8_t *y,
+                       int P, int p0, int np, const es_conv_params *p) {
+    store_block(acc, rq, m0, nm, y, P, p0, np < SP ? np : SP, p);
+    if (np > SP) store_block(acc + SP, rq, m0, nm, y, P, p0 + SP, np - SP, p);
+}
+
+/* one tile of n pixels (n <= NP, a constant where each tile_<n> below inlines it) x 32
+ * channels: 2n accumulators, each step loads the two weight vectors once and broadcasts
+ * one input word per pixel, so a tile of n pixels costs n / NP of a full one and the last
+ * pixels of a plane need not run a whole tile of 8 */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline void tile_n(const cl_tile *tl, int KH, int KW, int C4, const int32_t *bias,
+                          int8_t *y, int P, const es_conv_params *p, const int n) {
     const __mmask16 k0 = (__mmask16)(tl->nm >= 16 ? 0xffffu : (1u << tl->nm) - 1u);
     const __mmask16 k1 = (__mmask16)(tl->nm >= 32 ? 0xffffu
                                      : tl->nm > 16 ? (1u << (tl->nm - 16)) - 1u : 0u);
     const __m512i b0 = _mm512_maskz_loadu_epi32(k0, bias + tl->m0);
     const __m512i b1 = _mm512_maskz_loadu_epi32(k1, bias + tl->m0 + NC);
     const int8_t *w0 = tl->w0, *w1 = tl->w1;
-    __m512i s0 = b0, s1 = b0, s2 = b0, s3 = b0, s4 = b0, s5 = b0, s6 = b0, s7 = b0;
-    __m512i u0 = b1, u1 = b1, u2 = b1, u3 = b1, u4 = b1, u5 = b1, u6 = b1, u7 = b1;
-    int kh, kw, c4;
+    __m512i s[NP], u[NP];
+    const uint32_t *a[NP];
+    int kh, kw, c4, i;
+#pragma GCC unroll 12
+    for (i = 0; i < NP; ++i) s[i] = u[i] = _mm512_setzero_si512();
+#pragma GCC unroll 12
+    for (i = 0; i < n; ++i) {
+        s[i] = b0;
+        u[i] = b1;
+    }
     for (kh = 0; kh < KH; ++kh)
         for (kw = 0; kw < KW; ++kw) {
             const size_t off = kh * tl->row_step + kw * tl->col_step;
-            const uint32_t *a0 = tl->xh + tl->org[0] + off, *a1 = tl->xh + tl->org[1] + off;
-            const uint32_t *a2 = tl->xh + tl->org[2] + off, *a3 = tl->xh + tl->org[3] + off;
-            const uint32_t *a4 = tl->xh + tl->org[4] + off, *a5 = tl->xh + tl->org[5] + off;
-            const uint32_t *a6 = tl->xh + tl->org[6] + off, *a7 = tl->xh + tl->org[7] + off;
+#pragma GCC unroll 12
+            for (i = 0; i < n; ++i) a[i] = tl->xh + tl->org[i] + off;
             for (c4 = 0; c4 < C4; ++c4, w0 += 64, w1 += 64) {
                 const __m512i wa = _mm512_loadu_si512(w0), wb = _mm512_loadu_si512(w1);
-                __m512i a = _mm512_set1_epi32((int)a0[c4]);
-                s0 = _mm512_dpbusd_epi32(s0, a, wa);
-                u0 = _mm512_dpbusd_epi32(u0, a, wb);
-                a = _mm512_set1_epi32((int)a1[c4]);
-                s1 = _mm512_dpbusd_epi32(s1, a, wa);
-                u1 = _mm512_dpbusd_epi32(u1, a, wb);
-                a = _mm512_set1_epi32((int)a2[c4]);
-                s2 = _mm512_dpbusd_epi32(s2, a, wa);
-                u2 = _mm512_dpbusd_epi32(u2, a, wb);
-                a = _mm512_set1_epi32((int)a3[c4]);
-                s3 = _mm512_dpbusd_epi32(s3, a, wa);
-                u3 = _mm512_dpbusd_epi32(u3, a, wb);
-                a = _mm512_set1_epi32((int)a4[c4]);
-                s4 = _mm512_dpbusd_epi32(s4, a, wa);
-                u4 = _mm512_dpbusd_epi32(u4, a, wb);
-                a = _mm512_set1_epi32((int)a5[c4]);
-                s5 = _mm512_dpbusd_epi32(s5, a, wa);
-                u5 = _mm512_dpbusd_epi32(u5, a, wb);
-                a = _mm512_set1_epi32((int)a6[c4]);
-                s6 = _mm512_dpbusd_epi32(s6, a, wa);
-                u6 = _mm512_dpbusd_epi32(u6, a, wb);
-                a = _mm512_set1_epi32((int)a7[c4]);
-                s7 = _mm512_dpbusd_epi32(s7, a, wa);
-                u7 = _mm512_dpbusd_epi32(u7, a, wb);
+#pragma GCC unroll 12
+                for (i = 0; i < n; ++i) {
+                    const __m512i v = _mm512_set1_epi32((int)a[i][c4]);
+                    s[i] = _mm512_dpbusd_epi32(s[i], v, wa);
+                    u[i] = _mm512_dpbusd_epi32(u[i], v, wb);
+                }
             }
         }
-    {
-        const __m512i s[NP] = {s0, s1, s2, s3, s4, s5, s6, s7};
-        const __m512i u[NP] = {u0, u1, u2, u3, u4, u5, u6, u7};
-        (void)mult;
-        (void)shift;
-        store_block(s, &tl->rq[0], tl->m0, tl->nm, y, P, tl->p0, tl->np, p);
-        if (tl->nm > NC)
-            store_block(u, &tl->rq[1], tl->m0 + NC, tl->nm - NC, y, P, tl->p0, tl->np, p);
+    store_tile(s, &tl->rq[0], tl->m0, tl->nm, y, P, tl->p0, tl->np, p);
+    if (tl->nm > NC) store_tile(u, &tl->rq[1], tl->m0 + NC, tl->nm - NC, y, P, tl->p0, tl->np, p);
+}
+
+#define CL_TILE(N)                                                                             \
+    static void tile_##N(const cl_tile *tl, int KH, int KW, int C4, const int32_t *bias,      \
+                         int8_t *y, int P, const es_conv_params *p) {                          \
+        tile_n(tl, KH, KW, C4, bias, y, P, p, N);                                              \
     }
+CL_TILE(1)
+CL_TILE(2)
+CL_TILE(3)
+CL_TILE(4)
+CL_TILE(5)
+CL_TILE(6)
+CL_TILE(7)
+CL_TILE(8)
+CL_TILE(9)
+CL_TILE(10)
+CL_TILE(11)
+CL_TILE(12)
+
+/* the tile of tl->np pixels */
+static void tile(const cl_tile *tl, int KH, int KW, int C4, const int32_t *bias,
+                 const int32_t *mult, const int32_t *shift, int8_t *y, int P,
+                 const es_conv_params *p) {
+    typedef void (*tile_fn)(const cl_tile *, int, int, int, const int32_t *, int8_t *, int,
+                            const es_conv_params *);
+    static const tile_fn by_n[NP + 1] = {NULL,   tile_1, tile_2,  tile_3,  tile_4,
+                                         tile_5, tile_6, tile_7,  tile_8,  tile_9,
+                                         tile_10, tile_11, tile_12};
+    (void)mult;
+    (void)shift;
+    by_n[tl->np](tl, KH, KW, C4, bias, y, P, p);
 }
 #else
 static void pair_consts(cl_tile *tl, const int32_t *mult, const int32_t *shift,
@@ -273,6 +307,14 @@ static void tile(const cl_tile *tl, int KH, int KW, int C4, const int32_t *bias,
 }
 #endif
 
+/* how many tiles the P pixels of a plane run in, near-equal in size: one for up to NP
+ * (a 3x3 plane in one tile of 9, its weights read once), else tiles of at most SP (tiles
+ * of 9..12 pixels spill pointers and run slower per pixel than tiles of 8: 1x1 160->960 on
+ * 7x7, 64 vs 55 us) */
+static int pixel_tiles(int P) {
+    return P <= NP ? 1 : (P + SP - 1) / SP;
+}
+
 void es_conv2d_i8_cl(const int8_t *x, const int8_t *wc, const int32_t *bias_u8,
                      const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
                      const es_conv_params *p) {
@@ -281,8 +323,9 @@ void es_conv2d_i8_cl(const int8_t *x, const int8_t *wc, const int32_t *bias_u8,
     const int C4 = (p->C + 3) / 4, M16 = (p->M + NC - 1) / NC, P = p->OH * p->OW;
     const size_t block = (size_t)p->KH * p->KW * C4 * 64; /* bytes of one weight block */
     uint32_t *xh = (uint32_t *)scratch;
+    const int nt = pixel_tiles(P);
     cl_tile tl;
-    int b, i;
+    int b, i, t;
     to_hwc_u8(x, xh, Hp, Wp, C4, p);
     tl.xh = xh;
     tl.row_step = (size_t)p->DH * Wp * C4;
@@ -296,9 +339,9 @@ void es_conv2d_i8_cl(const int8_t *x, const int8_t *wc, const int32_t *bias_u8,
         tl.w0 = wc + (size_t)b * block;
         tl.w1 = b + 1 < M16 ? tl.w0 + block : tl.w0;
         pair_consts(&tl, mult, shift, p);
-        for (tl.p0 = 0; tl.p0 < P; tl.p0 += NP) {
+        for (tl.p0 = 0, t = 0; tl.p0 < P; tl.p0 += tl.np, ++t) {
             int r = oh, q = ow;
-            tl.np = P - tl.p0 < NP ? P - tl.p0 : NP;
+            tl.np = P / nt + (t < P % nt); /* nt tiles as even as can be: 9 = 5 + 4 */
             for (i = 0; i < NP; ++i) { /* window origins; pixels past the last repeat it */
                 tl.org[i] = ((size_t)r * p->SH * Wp + (size_t)q * p->SW) * C4;
                 if (i + 1 < tl.np && ++q == p->OW) {
@@ -307,7 +350,7 @@ void es_conv2d_i8_cl(const int8_t *x, const int8_t *wc, const int32_t *bias_u8,
                 }
             }
             tile(&tl, p->KH, p->KW, C4, bias_u8, mult, shift, y, P, p);
-            for (ow += NP; ow >= p->OW; ow -= p->OW) ++oh;
+            for (ow += tl.np; ow >= p->OW; ow -= p->OW) ++oh;
         }
     }
 }
