@@ -90,7 +90,9 @@ def _rules() -> dict[str, CompatRule]:
                "Unsqueeze", "Cast", "Upsample"):
         if op in rules:
             rules[op] = CompatRule("lowered", "folded or turned into a view at generation time")
-    for op in ("Shape", "Gather", "ConstantOfShape", "Range", "Slice"):
+    # shape arithmetic (a dynamic batch's Shape -> Gather -> Equal/Where -> Expand, as a
+    # ViT's class token exports): constant once the batch is fixed to 1, folded by ir.py
+    for op in ("Shape", "ConstantOfShape", "Range", "Slice", "Equal", "Where", "Expand"):
         rules[op] = CompatRule("lowered", "only when it folds to a constant at generation time")
     return rules
 

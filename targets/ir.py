@@ -141,7 +141,13 @@ class Lowerer:
         elif node.op_type == "Shape":
             src = self.alias.get(node.input[0], node.input[0])
             if src in self.env:
-                self._fold_shape(node, name, src)
+                self._fold_shape(node, name, self.env[src].shape)
+            # a Shape of folded shape arithmetic (the Expand target of a ViT's class token
+            # broadcast over the batch, exported without constant folding): walk it first
+            elif src in self.consts:
+                self._fold_shape(node, name, self.consts[src].shape)
+            elif src not in self._never_const and src not in not_now:
+                return src
         else:
             ins = [i for i in node.input if i]
             for i in ins:
@@ -159,8 +165,8 @@ class Lowerer:
             not_now.add(name)
         return None
 
-    def _fold_shape(self, node, name, src):
-        shape = np.array(self.env[src].shape, dtype=np.int64)
+    def _fold_shape(self, node, name, dims):
+        shape = np.array(dims, dtype=np.int64)
         a = {x.name: self.onnx.helper.get_attribute_value(x) for x in node.attribute}
         shape = shape[a.get("start", 0):a.get("end", len(shape))]
         self.consts[name] = shape

@@ -20,6 +20,7 @@ from . import (  # noqa: F401  (registers lowerers)
     int8,
     int8_conv,
     int8_eltwise,
+    layernorm,
     linear,
     normalize,
     pool,

@@ -153,6 +153,39 @@ def concat(L: Lowerer, node) -> None:
     L.bind(node.output[0], y, oshape)
 
 
+@lowers("Gather")
+def gather(L: Lowerer, node) -> None:
+    """Gather of an activation at constant indices (a ViT's class token ``x[:, 0]``, its
+    ``qkv[0]``): one row copy per index, the bytes moved as they are, so an int8 tensor
+    keeps its scale and stays quantized. A Gather whose inputs are all constant (shape
+    arithmetic) never gets here: it folds at generation time."""
+    idx = L.const(node.input[1])
+    if idx is None:
+        raise unsupported(node, "indices computed at run time",
+                          "index with constants (the C runtime plans every copy ahead)")
+    v = L.value(node.input[0])
+    nd = len(v.shape)
+    ax = L.attrs(node).get("axis", 0)
+    ax = ax + nd if ax < 0 else ax
+    dim = v.shape[ax]
+    flat = [int(i) + dim if int(i) < 0 else int(i) for i in np.asarray(idx).reshape(-1)]
+    if any(not 0 <= i < dim for i in flat):
+        raise unsupported(node, f"index out of range for axis {ax} of size {dim}: "
+                                f"{np.asarray(idx).reshape(-1).tolist()}")
+    oshape = (*v.shape[:ax], *np.shape(idx), *v.shape[ax + 1:])
+    src = L.tensors[v.tensor]
+    y = L.new_tensor(node.output[0], oshape, src.dtype, scale=src.scale,
+                     zero_point=src.zero_point)
+    size = np.dtype(_np(src.dtype)).itemsize
+    outer, inner = prod(v.shape[:ax]), prod(v.shape[ax + 1:])
+    calls = [Call("es_copy_rows", [Ref(y, k * inner), Ref(v.tensor, i * inner),
+                                   rows(outer, inner * size, len(flat) * inner * size,
+                                        dim * inner * size)])
+             for k, i in enumerate(flat)]
+    L.add_step(node, [v.tensor], [y], calls)
+    L.bind(node.output[0], y, oshape, v.deq)
+
+
 @lowers("Split")
 def split(L: Lowerer, node) -> None:
     x = L.f32(node.input[0])

@@ -229,6 +229,11 @@ typedef struct { /* es_lrn_f32 on one image x[C][inner], ONNX LRN */
     float alpha, beta, bias; /* y = x / (bias + alpha / size * sum of squares)^beta */
 } es_lrn_params;
 
+typedef struct { /* es_layernorm_f32: ONNX LayerNormalization over n of x[rows][n] */
+    int32_t rows, n;
+    float eps; /* y = (x - mean) / sqrt(var + eps) * scale[n] + bias[n] */
+} es_layernorm_params;
+
 typedef struct { /* es_resize2d_f32: NC planes of H x W to OH x OW */
     int32_t NC, H, W, OH, OW;
     int32_t mode;    /* ES_RESIZE_NEAREST or ES_RESIZE_LINEAR */
@@ -325,6 +330,8 @@ void es_avgpool2d_f32(const float *x, float *y, const es_pool_params *p);
 void es_reduce_f32(const float *x, float *y, const es_reduce_params *p);
 void es_softmax_f32(const float *x, float *y, const es_softmax_params *p);
 void es_lrn_f32(const float *x, float *y, const es_lrn_params *p);
+void es_layernorm_f32(const float *x, const float *scale, const float *bias, float *y,
+                      const es_layernorm_params *p);
 void es_pad_f32(const float *x, float *y, const es_pad_params *p);
 void es_resize2d_f32(const float *x, float *y, const es_resize_params *p);
 
