@@ -43,7 +43,8 @@ def _wrap(items: list[str], indent: str, sep: str, width: int) -> str:
 # fields that hold an edgesmith_rt.h constant, written by name: the lowerings keep the
 # numbers (the kernels' Python mirrors compare them), model.c shows what they mean
 _NAMED = {"rq": ("ES_RQ_FIXED", "ES_RQ_FP32"),
-          "act": ("ES_ACT_NONE", "ES_ACT_RELU", "ES_ACT_CLIP", "ES_ACT_LEAKY")}
+          "act": ("ES_ACT_NONE", "ES_ACT_RELU", "ES_ACT_CLIP", "ES_ACT_LEAKY",
+                  "ES_ACT_HARDSWISH", "ES_ACT_SIGMOID", "ES_ACT_SILU", "ES_ACT_HARDSIGMOID")}
 
 
 def _fields(a: dict) -> list[str]:

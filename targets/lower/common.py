@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from ..ir import Lowerer
 
 MAX_DIMS = 6
-ACT = {"none": 0, "relu": 1, "clip": 2, "leaky": 3}
+ACT = {"none": 0, "relu": 1, "clip": 2, "leaky": 3, "hardswish": 4, "sigmoid": 5, "silu": 6,
+       "hardsigmoid": 7}  # edgesmith_rt.h ES_ACT_*
 
 
 def unsupported(node, why: str, fix: str = "") -> UnsupportedOpError:
@@ -49,10 +50,24 @@ def clip_bounds(L: Lowerer, node) -> tuple[float, float]:
 
 
 def fusable_act(L: Lowerer, out: str):
-    """(act code, a0, a1, node) when ``out`` feeds exactly one fusable activation."""
+    """(act code, a0, a1, node) when ``out`` feeds exactly one fusable activation, or is
+    the x of a SiLU written as Mul(x, Sigmoid(x)) (node: the Mul; the caller also marks
+    the Sigmoid done through ``silu_nodes``). The kernels apply it in registers, where a
+    separate HardSwish or Sigmoid step was one more pass over the plane, and a scalar
+    expf per element at that."""
+    silu = silu_nodes(L, out)
+    if silu is not None:
+        return ACT["silu"], 0.0, 0.0, silu[1]
     nxt = L.single_consumer(out)
     if nxt is None:
         return None
+    if nxt.op_type == "HardSwish":
+        return ACT["hardswish"], 0.0, 0.0, nxt
+    if nxt.op_type == "Sigmoid":
+        return ACT["sigmoid"], 0.0, 0.0, nxt
+    if nxt.op_type == "HardSigmoid":
+        a = L.attrs(nxt)
+        return ACT["hardsigmoid"], float(a.get("alpha", 0.2)), float(a.get("beta", 0.5)), nxt
     if nxt.op_type == "Relu":
         return ACT["relu"], 0.0, 0.0, nxt
     if nxt.op_type == "Clip":
@@ -64,6 +79,35 @@ def fusable_act(L: Lowerer, out: str):
     if nxt.op_type == "LeakyRelu":
         return ACT["leaky"], float(L.attrs(nxt).get("alpha", 0.01)), 0.0, nxt
     return None
+
+
+def silu_nodes(L: Lowerer, out: str):
+    """(Sigmoid, Mul) when ``out`` is read by exactly a Sigmoid and a Mul of ``out`` by
+    that Sigmoid's output, which nothing else reads: x * sigmoid(x), as torch exports
+    nn.SiLU. None otherwise, or when ``out`` is also a graph output."""
+    cs = L.consumers.get(out, [])
+    if len(cs) != 2 or out in L.graph_outputs:
+        return None
+    sig = next((n for n in cs if n.op_type == "Sigmoid"), None)
+    mul = next((n for n in cs if n.op_type == "Mul"), None)
+    if sig is None or mul is None or L.single_consumer(sig.output[0]) is not mul:
+        return None
+    if sorted(mul.input) != sorted([out, sig.output[0]]):
+        return None
+    return sig, mul
+
+
+def take_act(L: Lowerer, out: str):
+    """The fused activation of ``out`` (fusable_act) as (code, a0, a1, the tensor the
+    activation writes), its nodes marked done; (none, 0, 0, out) when there is none."""
+    act = fusable_act(L, out)
+    if not act:
+        return ACT["none"], 0.0, 0.0, out
+    code, a0, a1, anode = act
+    if code == ACT["silu"]:
+        L.done.add(id(silu_nodes(L, out)[0]))
+    L.done.add(id(anode))
+    return code, a0, a1, anode.output[0]
 
 
 def conv_pads(a: dict, in_sp, k, s, d) -> list[int]:

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..graph import Call, Ref
 from . import kernels as K
-from .common import ACT, as2d, conv_pads, conv_params, fusable_act, prod, unsupported
+from .common import as2d, conv_pads, conv_params, prod, take_act, unsupported
 from .registry import lowers
 
 if TYPE_CHECKING:
@@ -53,12 +53,7 @@ def conv(L: Lowerer, node) -> None:
             b = b * sc + sh
             L.done.add(id(nxt))
             out = nxt.output[0]
-    act = fusable_act(L, out)
-    code, a0, a1 = ACT["none"], 0.0, 0.0
-    if act:
-        code, a0, a1, anode = act
-        L.done.add(id(anode))
-        out = anode.output[0]
+    code, a0, a1, out = take_act(L, out)
     sp, kk, ss, dd, pp = as2d(x.shape[2:], k, s, d, pads)
     osp = [(sp[i] + pp[i] + pp[i + 2] - dd[i] * (kk[i] - 1) - 1) // ss[i] + 1 for i in range(2)]
     n, c = x.shape[0], x.shape[1]

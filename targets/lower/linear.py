@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..graph import Call, Ref, params
-from .common import ACT, bcast_params, fusable_act, prod, unsupported
+from .common import ACT, bcast_params, prod, take_act, unsupported
 from .registry import lowers
 
 if TYPE_CHECKING:
@@ -79,11 +79,8 @@ def matmul(L: Lowerer, node) -> None:
 def _fc(L, node, x, wn, bias, mrows, kk, oshape, extra) -> None:
     out = node.output[0]
     code, a0, a1 = ACT["none"], 0.0, 0.0
-    act = fusable_act(L, out) if extra is None else None
-    if act:
-        code, a0, a1, anode = act
-        L.done.add(id(anode))
-        out = anode.output[0]
+    if extra is None:
+        code, a0, a1, out = take_act(L, out)
     y = L.new_tensor(out, oshape, "f32")
     wt = L.const_tensor(node.name + "_w", wn, "f32")
     bt = L.const_tensor(node.name + "_b", bias, "f32")

@@ -167,6 +167,10 @@ typedef struct { /* TFLite-style int8 mul; bc is one contiguous dim when shapes 
 #define ES_ACT_RELU 1
 #define ES_ACT_CLIP 2
 #define ES_ACT_LEAKY 3
+#define ES_ACT_HARDSWISH 4   /* v * clamp(v / 6 + 1/2, 0, 1) */
+#define ES_ACT_SIGMOID 5     /* 1 / (1 + e^-v) */
+#define ES_ACT_SILU 6        /* v * sigmoid(v): ONNX Mul(x, Sigmoid(x)) */
+#define ES_ACT_HARDSIGMOID 7 /* clamp(a0 v + a1, 0, 1) */
 
 /* unary ops */
 enum {
@@ -197,7 +201,8 @@ enum {
 typedef struct { /* es_gemm_f32: y[M][N] = act(x[M][K] . w[N][K]^T + b[N]) */
     int32_t M, N, K; /* rows of x and y, outputs per row, inputs per row */
     int32_t act;     /* fused activation, ES_ACT_* */
-    float a0, a1;    /* ES_ACT_CLIP: bounds [a0, a1]; ES_ACT_LEAKY: slope a0 */
+    float a0, a1;    /* ES_ACT_CLIP: bounds [a0, a1]; ES_ACT_LEAKY: slope a0;
+                        ES_ACT_HARDSIGMOID: alpha a0, beta a1 */
 } es_gemm_params;
 
 typedef struct { /* es_matmul_f32: for each of batch: y[M][N] = a[M][K] . b[K][N] */

@@ -10,22 +10,202 @@
  *
  * es_dwconv2d_f32: depthwise (group == C == M), per channel over the stride phases of its
  * zero-padded plane, 32 outputs per pass with every tap in registers (see below). */
+#include <math.h>
 #include <string.h>
 
 #include "../edgesmith_rt.h"
 
 #if (defined(__AVX2__) && defined(__FMA__)) || defined(__AVX512F__)
 #include <immintrin.h>
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+#include <arm_neon.h>
 #endif
 
 #define ES_F32_TP 32
 
+/* ---- fused activations -------------------------------------------------------------------
+ * Every kernel here applies its ES_ACT_* in registers on the way out, so a HardSwish,
+ * Sigmoid, SiLU (Mul(x, Sigmoid(x))) or HardSigmoid after a conv costs no pass over memory
+ * (MobileNetV3, EfficientNet). act1 is the scalar form (expf); the vector forms compute
+ * e^z, z = -|v| <= 0, as 2^n e^r with n = round(z log2 e), r = z - n ln 2 (ln 2 in two
+ * parts, so r is exact) and e^r by Cephes expf's degree-5 polynomial on |r| <= ln 2 / 2
+ * (relative error ~1e-7); then sigmoid(v) = 1 / (1 + e) for v >= 0, e / (1 + e) below, so
+ * nothing overflows. z is clamped at -87, where e^z is ~1e-38 and sigmoid has saturated. */
 static float act1(float v, int act, float a0, float a1) {
-    if (act == ES_ACT_RELU) return v > 0.0f ? v : 0.0f;
-    if (act == ES_ACT_CLIP) return v < a0 ? a0 : (v > a1 ? a1 : v);
-    if (act == ES_ACT_LEAKY) return v >= 0.0f ? v : v * a0;
-    return v;
+    float t;
+    switch (act) {
+    case ES_ACT_RELU: return v > 0.0f ? v : 0.0f;
+    case ES_ACT_CLIP: return v < a0 ? a0 : (v > a1 ? a1 : v);
+    case ES_ACT_LEAKY: return v >= 0.0f ? v : v * a0;
+    case ES_ACT_HARDSWISH:
+        t = v * (1.0f / 6.0f) + 0.5f;
+        return v * (t < 0.0f ? 0.0f : (t > 1.0f ? 1.0f : t));
+    case ES_ACT_SIGMOID: return 1.0f / (1.0f + expf(-v));
+    case ES_ACT_SILU: return v / (1.0f + expf(-v));
+    case ES_ACT_HARDSIGMOID:
+        t = a0 * v + a1;
+        return t < 0.0f ? 0.0f : (t > 1.0f ? 1.0f : t);
+    default: return v;
+    }
 }
+
+#define ES_EXP_LO (-87.0f)
+#define ES_LOG2E 1.44269504088896341f
+#define ES_LN2_HI 0.693359375f
+#define ES_LN2_LO (-2.12194440e-4f)
+#define ES_EXP_P0 1.9875691500e-4f
+#define ES_EXP_P1 1.3981999507e-3f
+#define ES_EXP_P2 8.3334519073e-3f
+#define ES_EXP_P3 4.1665795894e-2f
+#define ES_EXP_P4 1.6666665459e-1f
+#define ES_EXP_P5 5.0000001201e-1f
+
+#if defined(__AVX512F__)
+/* sigmoid of 16 lanes; silu: times v */
+static __m512 sigmoid512(__m512 v, int silu) {
+    const __m512 z = _mm512_max_ps(_mm512_min_ps(v, _mm512_sub_ps(_mm512_setzero_ps(), v)),
+                                   _mm512_set1_ps(ES_EXP_LO)); /* -|v| */
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(z, _mm512_set1_ps(ES_LOG2E)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(ES_LN2_LO),
+                                      _mm512_fnmadd_ps(n, _mm512_set1_ps(ES_LN2_HI), z));
+    __m512 q = _mm512_set1_ps(ES_EXP_P0), e, t;
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(ES_EXP_P1));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(ES_EXP_P2));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(ES_EXP_P3));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(ES_EXP_P4));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(ES_EXP_P5));
+    e = _mm512_scalef_ps(_mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(q, r), r, r),
+                                       _mm512_set1_ps(1.0f)), n); /* e^z */
+    t = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(e, _mm512_set1_ps(1.0f)));
+    t = _mm512_mask_mul_ps(t, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), t, e);
+    return silu ? _mm512_mul_ps(t, v) : t;
+}
+
+static __m512 act512v(__m512 v, int act, float a0, float a1) {
+    const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+    switch (act) {
+    case ES_ACT_RELU: return _mm512_max_ps(v, zero);
+    case ES_ACT_CLIP: return _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(a0)), _mm512_set1_ps(a1));
+    case ES_ACT_LEAKY:
+        return _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v, _mm512_set1_ps(a0));
+    case ES_ACT_HARDSWISH:
+        return _mm512_mul_ps(v, _mm512_min_ps(_mm512_max_ps(_mm512_fmadd_ps(
+            v, _mm512_set1_ps(1.0f / 6.0f), _mm512_set1_ps(0.5f)), zero), one));
+    case ES_ACT_SIGMOID: return sigmoid512(v, 0);
+    case ES_ACT_SILU: return sigmoid512(v, 1);
+    case ES_ACT_HARDSIGMOID:
+        return _mm512_min_ps(_mm512_max_ps(_mm512_fmadd_ps(v, _mm512_set1_ps(a0),
+                                                           _mm512_set1_ps(a1)), zero), one);
+    default: return v;
+    }
+}
+
+/* d[i] = act(e[i]) for i < n (d may be e) */
+static void act_row(float *d, const float *e, int n, int act, float a0, float a1) {
+    int i;
+    for (i = 0; i < n; i += 16) {
+        const __mmask16 k = (__mmask16)(n - i >= 16 ? 0xFFFFu : (1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(d + i, k, act512v(_mm512_maskz_loadu_ps(k, e + i), act, a0, a1));
+    }
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+static __m256 sigmoid256(__m256 v, int silu) {
+    const __m256 z = _mm256_max_ps(_mm256_min_ps(v, _mm256_sub_ps(_mm256_setzero_ps(), v)),
+                                   _mm256_set1_ps(ES_EXP_LO));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(z, _mm256_set1_ps(ES_LOG2E)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(ES_LN2_LO),
+                                      _mm256_fnmadd_ps(n, _mm256_set1_ps(ES_LN2_HI), z));
+    const __m256 two_n = _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+    __m256 q = _mm256_set1_ps(ES_EXP_P0), e, t;
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(ES_EXP_P1));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(ES_EXP_P2));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(ES_EXP_P3));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(ES_EXP_P4));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(ES_EXP_P5));
+    e = _mm256_mul_ps(_mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(q, r), r, r),
+                                    _mm256_set1_ps(1.0f)), two_n);
+    t = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f)));
+    t = _mm256_blendv_ps(t, _mm256_mul_ps(t, e),
+                         _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ));
+    return silu ? _mm256_mul_ps(t, v) : t;
+}
+
+static __m256 act256v(__m256 v, int act, float a0, float a1) {
+    const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+    switch (act) {
+    case ES_ACT_RELU: return _mm256_max_ps(v, zero);
+    case ES_ACT_CLIP: return _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(a0)), _mm256_set1_ps(a1));
+    case ES_ACT_LEAKY:
+        return _mm256_blendv_ps(v, _mm256_mul_ps(v, _mm256_set1_ps(a0)),
+                                _mm256_cmp_ps(v, zero, _CMP_LT_OQ));
+    case ES_ACT_HARDSWISH:
+        return _mm256_mul_ps(v, _mm256_min_ps(_mm256_max_ps(_mm256_fmadd_ps(
+            v, _mm256_set1_ps(1.0f / 6.0f), _mm256_set1_ps(0.5f)), zero), one));
+    case ES_ACT_SIGMOID: return sigmoid256(v, 0);
+    case ES_ACT_SILU: return sigmoid256(v, 1);
+    case ES_ACT_HARDSIGMOID:
+        return _mm256_min_ps(_mm256_max_ps(_mm256_fmadd_ps(v, _mm256_set1_ps(a0),
+                                                           _mm256_set1_ps(a1)), zero), one);
+    default: return v;
+    }
+}
+
+static void act_row(float *d, const float *e, int n, int act, float a0, float a1) {
+    int i;
+    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, act256v(_mm256_loadu_ps(e + i), act, a0, a1));
+    for (; i < n; ++i) d[i] = act1(e[i], act, a0, a1);
+}
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+static float32x4_t sigmoid_neon(float32x4_t v, int silu) {
+    const float32x4_t z = vmaxq_f32(vnegq_f32(vabsq_f32(v)), vdupq_n_f32(ES_EXP_LO));
+    const float32x4_t n = vrndnq_f32(vmulq_n_f32(z, ES_LOG2E));
+    const float32x4_t r = vfmsq_f32(vfmsq_f32(z, n, vdupq_n_f32(ES_LN2_HI)), n,
+                                    vdupq_n_f32(ES_LN2_LO));
+    const float32x4_t two_n = vreinterpretq_f32_s32(
+        vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23));
+    float32x4_t q = vdupq_n_f32(ES_EXP_P0), e, t;
+    q = vfmaq_f32(vdupq_n_f32(ES_EXP_P1), q, r);
+    q = vfmaq_f32(vdupq_n_f32(ES_EXP_P2), q, r);
+    q = vfmaq_f32(vdupq_n_f32(ES_EXP_P3), q, r);
+    q = vfmaq_f32(vdupq_n_f32(ES_EXP_P4), q, r);
+    q = vfmaq_f32(vdupq_n_f32(ES_EXP_P5), q, r);
+    e = vmulq_f32(vaddq_f32(vfmaq_f32(r, vmulq_f32(q, r), r), vdupq_n_f32(1.0f)), two_n);
+    t = vdivq_f32(vdupq_n_f32(1.0f), vaddq_f32(e, vdupq_n_f32(1.0f)));
+    t = vbslq_f32(vcltq_f32(v, vdupq_n_f32(0.0f)), vmulq_f32(t, e), t);
+    return silu ? vmulq_f32(t, v) : t;
+}
+
+static float32x4_t act_neonv(float32x4_t v, int act, float a0, float a1) {
+    const float32x4_t zero = vdupq_n_f32(0.0f), one = vdupq_n_f32(1.0f);
+    switch (act) {
+    case ES_ACT_RELU: return vmaxq_f32(v, zero);
+    case ES_ACT_CLIP: return vminq_f32(vmaxq_f32(v, vdupq_n_f32(a0)), vdupq_n_f32(a1));
+    case ES_ACT_LEAKY: return vbslq_f32(vcltq_f32(v, zero), vmulq_n_f32(v, a0), v);
+    case ES_ACT_HARDSWISH:
+        return vmulq_f32(v, vminq_f32(vmaxq_f32(vfmaq_n_f32(vdupq_n_f32(0.5f), v, 1.0f / 6.0f),
+                                                zero), one));
+    case ES_ACT_SIGMOID: return sigmoid_neon(v, 0);
+    case ES_ACT_SILU: return sigmoid_neon(v, 1);
+    case ES_ACT_HARDSIGMOID:
+        return vminq_f32(vmaxq_f32(vfmaq_n_f32(vdupq_n_f32(a1), v, a0), zero), one);
+    default: return v;
+    }
+}
+
+static void act_row(float *d, const float *e, int n, int act, float a0, float a1) {
+    int i;
+    for (i = 0; i + 4 <= n; i += 4) vst1q_f32(d + i, act_neonv(vld1q_f32(e + i), act, a0, a1));
+    for (; i < n; ++i) d[i] = act1(e[i], act, a0, a1);
+}
+#else
+static void act_row(float *d, const float *e, int n, int act, float a0, float a1) {
+    int i;
+    for (i = 0; i < n; ++i) d[i] = act1(e[i], act, a0, a1);
+}
+#endif
 
 /* output columns [lo, hi) of [o0, o1) whose input column o*SW + dw lies in [0, W) */
 static void valid_cols(int o0, int o1, int SW, int dw, int W, int *lo, int *hi) {
@@ -93,13 +273,7 @@ static void im2col_f32(const float *x, float *col, int p0, int K, const es_conv_
 
 #if defined(__AVX512F__)
 static __m512 act512(__m512 v, const es_conv_params *p) {
-    if (p->act == ES_ACT_RELU) return _mm512_max_ps(v, _mm512_setzero_ps());
-    if (p->act == ES_ACT_CLIP)
-        return _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(p->a0)), _mm512_set1_ps(p->a1));
-    if (p->act == ES_ACT_LEAKY)
-        return _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), v,
-                                  _mm512_set1_ps(p->a0));
-    return v;
+    return act512v(v, p->act, p->a0, p->a1);
 }
 
 /* y[r][j] = act(b8[r] + sum_k wp[8k + r] col[k][j]) for r < nr, j < nj <= 16 nv: 8 output
@@ -137,13 +311,7 @@ static void mk_f32_block(const float *col, const int32_t *off, int K, const floa
 }
 #elif defined(__AVX2__) && defined(__FMA__)
 static __m256 act256(__m256 v, const es_conv_params *p) {
-    if (p->act == ES_ACT_RELU) return _mm256_max_ps(v, _mm256_setzero_ps());
-    if (p->act == ES_ACT_CLIP)
-        return _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(p->a0)), _mm256_set1_ps(p->a1));
-    if (p->act == ES_ACT_LEAKY)
-        return _mm256_blendv_ps(v, _mm256_mul_ps(v, _mm256_set1_ps(p->a0)),
-                                _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ));
-    return v;
+    return act256v(v, p->act, p->a0, p->a1);
 }
 
 /* 4 of the block's 8 channels (wp, b4 offset to the first) x 16 pixels on 8 ymm */
@@ -185,14 +353,8 @@ static void mk_f32_block(const float *col, const int32_t *off, int K, const floa
                         ldy, nr - 4 * h < 4 ? nr - 4 * h : 4, nj - j < 16 ? nj - j : 16, p);
 }
 #elif defined(__ARM_NEON) && defined(__aarch64__)
-#include <arm_neon.h>
 static float32x4_t act_neon(float32x4_t v, const es_conv_params *p) {
-    if (p->act == ES_ACT_RELU) return vmaxq_f32(v, vdupq_n_f32(0.0f));
-    if (p->act == ES_ACT_CLIP)
-        return vminq_f32(vmaxq_f32(v, vdupq_n_f32(p->a0)), vdupq_n_f32(p->a1));
-    if (p->act == ES_ACT_LEAKY)
-        return vbslq_f32(vcltq_f32(v, vdupq_n_f32(0.0f)), vmulq_n_f32(v, p->a0), v);
-    return v;
+    return act_neonv(v, p->act, p->a0, p->a1);
 }
 
 /* 8 channels x 8 pixels on 16 q registers: the 8 weights of k in two registers, each
@@ -455,8 +617,9 @@ static void dw_lanes(const float *x, const float *w, const float *b, float *scra
                         const float *wt = wl + (size_t)(kh * KW + kw) * ES_DWL;
                         for (l = 0; l < ES_DWL; ++l) acc[l] += wt[l] * s[l];
                     }
-                for (l = 0; l < ES_DWL; ++l) d[l] = act1(acc[l], p->act, p->a0, p->a1);
+                for (l = 0; l < ES_DWL; ++l) d[l] = acc[l];
             }
+        if (p->act != ES_ACT_NONE) act_row(out, out, P * ES_DWL, p->act, p->a0, p->a1);
         for (l = 0; l < nc; ++l) {
             float *yc = y + (size_t)(c0 + l) * P;
             for (o = 0; o < P; ++o) yc[o] = out[(size_t)o * ES_DWL + l];
@@ -475,7 +638,7 @@ void es_dwconv2d_f32(const float *x, const float *w, const float *b, float *scra
     const float lo = act == ES_ACT_CLIP ? p->a0 : 0.0f, hi = act == ES_ACT_CLIP ? p->a1 : 3.4e38f;
     float *ph = scratch, *ext = ph + (size_t)SH * SW * pq, *row = ext + n + ES_DWF_CHUNK;
     const float *src[ES_F32_DW_MAXTAPS];
-    int c, t, t0, oh, ow;
+    int c, t, t0, oh;
     if (ES_F32_DW_LANES(OH, OW)) {
         dw_lanes(x, w, b, scratch, y, p);
         return;
@@ -498,10 +661,10 @@ void es_dwconv2d_f32(const float *x, const float *w, const float *b, float *scra
         for (oh = 0; oh < OH; ++oh) {
             const float *e = ext + (size_t)oh * WQ;
             float *d = yc + (size_t)oh * OW;
-            if (act == ES_ACT_LEAKY)
-                for (ow = 0; ow < OW; ++ow) d[ow] = act1(e[ow], act, p->a0, p->a1);
-            else
+            if (act == ES_ACT_NONE || clamp)
                 memcpy(d, e, sizeof(float) * (size_t)OW);
+            else /* leaky, hard-swish, sigmoid...: in vectors on the way out */
+                act_row(d, e, OW, act, p->a0, p->a1);
         }
     }
 }

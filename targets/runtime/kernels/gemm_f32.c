@@ -5,6 +5,8 @@
  * which the plain loop did at under 1 GMAC/s. es_gemm_f32_ref is that plain loop, the
  * oracle (kernels=reference); sums are reordered, so the two agree to float rounding.
  * es_matmul_f32: run-time operands. */
+#include <math.h>
+
 #include "../edgesmith_rt.h"
 
 #if (defined(__AVX2__) && defined(__FMA__)) || defined(__AVX512F__)
@@ -13,12 +15,27 @@
 #include <arm_neon.h>
 #endif
 
-static float act_f32(float v, const es_gemm_params *p) {
-    if (p->act == ES_ACT_RELU) return v > 0.0f ? v : 0.0f;
-    if (p->act == ES_ACT_CLIP) return v < p->a0 ? p->a0 : (v > p->a1 ? p->a1 : v);
-    if (p->act == ES_ACT_LEAKY) return v >= 0.0f ? v : v * p->a0;
-    return v;
+/* the fused activation (edgesmith_rt.h ES_ACT_*), one value: a dense layer has few
+ * outputs per input row, so the scalar form costs nothing next to its weights */
+static float act1(float v, int act, float a0, float a1) {
+    float t;
+    switch (act) {
+    case ES_ACT_RELU: return v > 0.0f ? v : 0.0f;
+    case ES_ACT_CLIP: return v < a0 ? a0 : (v > a1 ? a1 : v);
+    case ES_ACT_LEAKY: return v >= 0.0f ? v : v * a0;
+    case ES_ACT_HARDSWISH:
+        t = v / 6.0f + 0.5f;
+        return v * (t < 0.0f ? 0.0f : (t > 1.0f ? 1.0f : t));
+    case ES_ACT_SIGMOID: return 1.0f / (1.0f + expf(-v));
+    case ES_ACT_SILU: return v / (1.0f + expf(-v));
+    case ES_ACT_HARDSIGMOID:
+        t = a0 * v + a1;
+        return t < 0.0f ? 0.0f : (t > 1.0f ? 1.0f : t);
+    default: return v;
+    }
 }
+
+static float act_f32(float v, const es_gemm_params *p) { return act1(v, p->act, p->a0, p->a1); }
 
 /* s[r] = x . w_r over K, r < 4 */
 static void dot4(const float *x, const float *const w[4], int K, float s[4]) {
@@ -98,10 +115,7 @@ void es_gemm_f32_ref(const float *x, const float *w, const float *b, float *y,
             }
             for (; k < K; ++k) s0 += xr[k] * wr[k];
             v = b[j] + ((s0 + s1) + (s2 + s3));
-            if (act == ES_ACT_RELU) v = v > 0.0f ? v : 0.0f;
-            else if (act == ES_ACT_CLIP) v = v < a0 ? a0 : (v > a1 ? a1 : v);
-            else if (act == ES_ACT_LEAKY) v = v >= 0.0f ? v : v * a0;
-            y[(size_t)i * N + j] = v;
+            y[(size_t)i * N + j] = act1(v, act, a0, a1);
         }
     }
 }
