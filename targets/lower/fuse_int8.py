@@ -17,8 +17,8 @@ more than the Add, a Sub, a broadcasting Add, skip produced after the conv, an o
 under MIN_PLANE pixels.
 
 ``ES_NO_FUSE=1`` in the environment turns this pass (and the stem kernel choice,
-int8_conv.py) off, so that a benchmark can build the old and the new runtime side by side
-from one checkout; it is not a user setting.
+int8_conv.py, and the SiLU table, int8_eltwise.py) off, so that a benchmark can build
+the old and the new runtime side by side from one checkout; it is not a user setting.
 """
 
 from __future__ import annotations

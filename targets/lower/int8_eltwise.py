@@ -2,6 +2,7 @@
 
     DQ(a), DQ(b) -> Add | Sub [-> Relu/Clip] -> Q   =>   es_add_i8 / es_add_i8_bcast
     DQ(a), DQ(b) -> Mul [-> Relu/Clip] -> Q          =>   es_mul_i8
+    DQ(x) -> Mul(DQ(x), DQ(Q(Sigmoid(DQ(x))))) -> Q  =>   es_lut_i8 (SiLU, one table)
 
 An operand is an int8 activation seen through its DequantizeLinear (a ``Value.deq``
 view) or a per-tensor int8 constant under a DequantizeLinear (a per-channel bias
@@ -25,7 +26,8 @@ import numpy as np
 
 from edgesmith.errors import UnsupportedOpError
 
-from ..graph import Call, Ref
+from ..graph import Call, Ref, Step
+from . import fuse_int8
 from .common import bcast_params, prod
 from .qdq import act_range, deq_input, finish, out_tensor, q_after, qparams
 from .registry import LOWER_INT8
@@ -172,10 +174,75 @@ def mul_i8(L: Lowerer, node) -> bool:
     qmin, qmax = act_range(L, m.act, m.y_scale, m.y_zp)
     params = mul_params(m.a.scale, m.b.scale, m.y_scale, m.a.zero_point, m.b.zero_point,
                         m.y_zp, qmin, qmax)
+    if _silu_lut(L, node, m, params):
+        return True
     y = out_tensor(L, m.qnode, m.oshape)
     L.add_step(node, m.inputs(), [y], [Call("es_mul_i8", [
         Ref(m.a.tensor), Ref(m.b.tensor), Ref(y), {**params, **_nested("bc", m.bcast)}])],
         inplace=m.inplace)
+    finish(L, m.qnode, m.act, y, m.oshape)
+    return True
+
+
+def _sigmoid_step(L: Lowerer, node, k: int, x: str) -> Step | None:
+    """The step of a Sigmoid whose int8 output Mul ``node`` reads as input k, when it is a
+    table lookup (es_lut_i8) over int8 tensor ``x`` and its output reaches the Mul through
+    Q -> DQ and nothing else; None otherwise."""
+    dq = L.producer.get(node.input[k])
+    q = L.producer.get(dq.input[0]) if dq is not None else None
+    sig = L.producer.get(q.input[0]) if q is not None else None
+    view = deq_input(L, node.input[k])
+    if (view is None or dq.op_type != "DequantizeLinear" or q is None
+            or q.op_type != "QuantizeLinear" or sig is None or sig.op_type != "Sigmoid"
+            or L.single_consumer(sig.output[0]) is not q
+            or L.single_consumer(q.output[0]) is not dq
+            or L.single_consumer(dq.output[0]) is not node):
+        return None
+    for st in L.steps:
+        if st.outputs == [view.tensor]:
+            ok = len(st.calls) == 1 and st.calls[0].fn == "es_lut_i8" and \
+                st.calls[0].args[0] == Ref(x)
+            return st if ok else None
+    return None
+
+
+def mul_q_codes(prod_: np.ndarray, mult: int, shift: int) -> np.ndarray:
+    """es_mul_q (edgesmith_rt.h) on int64 arrays: (x * mult + 2^(total - 1)) >> total,
+    total = 31 - shift, saturated to int32 (Python's >> is arithmetic, as the C's)."""
+    total = 31 - shift
+    v = (prod_ * mult + (1 << (total - 1))) >> total
+    return np.clip(v, -(1 << 31), (1 << 31) - 1)
+
+
+def _silu_lut(L: Lowerer, node, m: _Binary, params: dict) -> bool:
+    """x * Sigmoid(x) as one table lookup per byte: a quantized SiLU (EfficientNet's
+    activation) is DQ(x) -> Sigmoid -> Q -> DQ -> Mul(DQ(x), .) -> Q, two int8 steps (a
+    table, then TFLite's mul) whose result is a function of x's code alone. The table
+    composes them code by code, es_mul_i8's own integer arithmetic (mul1) on the Sigmoid
+    table's entries, so the bytes are the two steps' bytes; the Sigmoid step, read by this
+    Mul only, is dropped. One pass over x instead of three (the table, then the Mul
+    reading two tensors). Not with reference kernels (the tests' unfused oracle) or
+    ES_NO_FUSE."""
+    if (L.kernels == "reference" or fuse_int8.disabled() or not m.contiguous
+            or m.a.shape != m.b.shape or not (m.a.activation and m.b.activation)
+            or not 1 <= 31 - params["shift"] <= 62):
+        return False
+    for k, x, s in ((1, m.a, m.b), (0, m.b, m.a)):
+        st = _sigmoid_step(L, node, k, x.tensor)
+        if st is not None and st.outputs[0] == s.tensor:
+            break
+    else:
+        return False
+    sig = L.tensors[st.calls[0].args[2].name].data.astype(np.int64)  # indexed by uint8 code
+    codes = np.arange(256, dtype=np.uint8).view(np.int8).astype(np.int64)
+    v = mul_q_codes((codes - x.zero_point) * (sig - s.zero_point), params["mult"],
+                    params["shift"])
+    table = np.clip(v + params["y_zp"], params["qmin"], params["qmax"]).astype(np.int8)
+    L.steps.remove(st)
+    tt = L.const_tensor(node.name + "_silu_lut", table, "i8")
+    y = out_tensor(L, m.qnode, m.oshape)
+    L.add_step(node, [x.tensor], [y], [Call("es_lut_i8", [
+        Ref(x.tensor), Ref(y), Ref(tt), prod(m.oshape)])], inplace=True)
     finish(L, m.qnode, m.act, y, m.oshape)
     return True
 
