@@ -31,8 +31,8 @@ from .planner import Plan, render_plan
 from .threads import DEFAULT_MIN_MACS, Split, prune
 from .threads import apply as threads_pass
 from .tiling import TiledStep
-from .tiling import apply as tiling_pass
 from .tiling_c import tiled_case
+from .tiling_search import apply as tiling_pass
 
 RUNTIME = Path(__file__).parent / "runtime"
 CORE_SOURCES = ["edgesmith_rt.h", "es_simd.h", "es_runtime.c", "es_model.c", "es_power.h",

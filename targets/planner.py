@@ -45,7 +45,7 @@ class Plan:
     # tensors each holds: what render_plan draws
     intervals: list[Interval] = field(default_factory=list)
     members: dict[str, list[str]] = field(default_factory=dict)
-    # patch-based execution of the leading conv chain (tiling.apply), when asked or needed
+    # patch-based execution of the leading conv chain (tiling_search.apply), when asked or needed
     tiling: dict[str, object] | None = None
 
     @property

@@ -14,7 +14,8 @@ from edgesmith.errors import UsageError
 from edgesmith.targets import codegen, run
 from edgesmith.targets.ir import lower
 from edgesmith.targets.planner import plan
-from edgesmith.targets.tiling import TiledStep, TilingForce, apply
+from edgesmith.targets.tiling import TiledStep, TilingForce
+from edgesmith.targets.tiling_search import apply
 from tests.targets._helpers import _qdq, export
 from tests.targets._tiling_nets import move_bn_statistics
 

@@ -53,7 +53,7 @@ def test_int8_input_arena_holds_no_float_input(models):
     assert all(t.dtype != "f32" or t.kind == "output" for t in g.tensors.values()
                if t.kind != "const")
     assert len(g.steps) == len(g0.steps) - 1 and g0.steps[0].op == "QuantizeLinear"
-    from edgesmith.targets.tiling import apply
+    from edgesmith.targets.tiling_search import apply
 
     _, tf = apply(g0, plan(g0), TilingForce(patches=3, split=ADD2))
     _, ti = apply(g, plan(g), TilingForce(patches=3, split=ADD2))
@@ -63,7 +63,7 @@ def test_int8_input_arena_holds_no_float_input(models):
 
 def test_tiled_int8_input_segment_starts_at_the_first_conv(models):
     _, _, qdq, _ = models
-    from edgesmith.targets.tiling import apply
+    from edgesmith.targets.tiling_search import apply
 
     g, _ = apply(g := fold_input_quantize(lower(qdq, "int8")), plan(g),
                  TilingForce(patches=2, split=ADD2))
