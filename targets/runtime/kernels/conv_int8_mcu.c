@@ -15,12 +15,19 @@
  * w3). With the DSP extension (Cortex-M4/M7/M33: __ARM_FEATURE_DSP) SXTB16 of a word is
  * then the int16 pair (w0, w1) and SXTB16 of the word rotated by 8 is (w2, w3): two
  * instructions widen four weights, and SMLAD multiplies each pair with the column's pair
- * (x0, x1) / (x2, x3) and adds both products to a sum. With Helium (Cortex-M55:
- * __ARM_FEATURE_MVE) one VMLADAVA multiplies 8 taps, widened on load; the column is then
- * written in the weights' quad order so that both are read straight. Elsewhere (and on
- * the host, where the generated folder is checked) plain C computes the same sums.
+ * (x0, x1) / (x2, x3) and adds both products to a sum. Elsewhere (and on the host, where
+ * the generated folder is checked) plain C computes the same sums.
  *
- * scratch: two int16 columns of K4 taps, ES_I8_MCU_SCRATCH(K) bytes. */
+ * With Helium (Cortex-M55: __ARM_FEATURE_MVE, -mcpu=cortex-m55) the shape is CMSIS-NN's
+ * arm_nn_mat_mult_nt_t_s8 instead: four output pixels at a time are gathered as int8
+ * columns of the raw input (x_zp at a padded tap), written in the weights' quad order so
+ * that both are read straight; one weight row is loaded 16 taps at a time and VMLADAVA
+ * multiplies it with each of the four columns (16 products summed into an int32 per
+ * instruction), VADDVA sums the weights. The zero point comes off once per sum:
+ * sum w*(x - x_zp) = sum w*x - x_zp * sum w, exact in int32. The last load of a row is
+ * tail-predicated (VCTP), so K4 need not be a multiple of 16.
+ *
+ * scratch: two int16 columns of K4 taps (or four int8 ones), ES_I8_MCU_SCRATCH(K) bytes. */
 #include <string.h>
 
 #include "../edgesmith_rt.h"
@@ -33,14 +40,11 @@
 #define ES_MCU_DSP 1
 #endif
 
-/* where tap k of a column goes: its own place, or (MVE) the weights' quad order, in which
- * positions 0..3 of a quad hold taps 0, 2, 1, 3 */
-#ifdef ES_MCU_MVE
-#define ES_MCU_COL(k) (((k) & ~3) | (((k) & 1) << 1) | (((k) >> 1) & 1))
-#else
-#define ES_MCU_COL(k) (k)
-#endif
+/* where tap k goes in the weights' quad order, in which positions 0..3 of a quad hold
+ * taps 0, 2, 1, 3 (the order is its own inverse) */
+#define ES_MCU_QUAD(k) (((k) & ~3) | (((k) & 1) << 1) | (((k) >> 1) & 1))
 
+#ifndef ES_MCU_MVE
 /* the im2col column of output pixel pix: K taps of (x - x_zp), then zeros up to k4 */
 static void mcu_im2col(const int8_t *x, const es_conv_params *p, int pix, int k4,
                        int16_t *col) {
@@ -53,11 +57,11 @@ static void mcu_im2col(const int8_t *x, const es_conv_params *p, int pix, int k4
             for (kw = 0; kw < p->KW; ++kw, ++k) {
                 const int iw = ow * p->SW - p->PL + kw * p->DW;
                 const int inside = ih >= 0 && ih < p->H && iw >= 0 && iw < p->W;
-                col[ES_MCU_COL(k)] = (int16_t)(inside ? xc[ih * p->W + iw] - p->x_zp : 0);
+                col[k] = (int16_t)(inside ? xc[ih * p->W + iw] - p->x_zp : 0);
             }
         }
     }
-    for (; k < k4; ++k) col[ES_MCU_COL(k)] = 0;
+    for (; k < k4; ++k) col[k] = 0;
 }
 
 #ifdef ES_MCU_DSP
@@ -86,34 +90,84 @@ static void mcu_dot2x2(const int8_t *w0, const int8_t *w1, const int16_t *c0,
         s[1][0] = __smlad(a1hi, b0hi, __smlad(a1lo, b0lo, s[1][0]));
         s[1][1] = __smlad(a1hi, b1hi, __smlad(a1lo, b1lo, s[1][1]));
     }
-#elif defined(ES_MCU_MVE)
-    for (; k + 8 <= k4; k += 8) {
-        const int16x8_t a0 = vldrbq_s16(w0 + k), a1 = vldrbq_s16(w1 + k);
-        const int16x8_t b0 = vld1q_s16(c0 + k), b1 = vld1q_s16(c1 + k);
-        s[0][0] = vmladavaq_s16(s[0][0], a0, b0);
-        s[0][1] = vmladavaq_s16(s[0][1], a0, b1);
-        s[1][0] = vmladavaq_s16(s[1][0], a1, b0);
-        s[1][1] = vmladavaq_s16(s[1][1], a1, b1);
-    }
 #endif
-    /* plain C (and MVE's last quad): the column is in the weights' order for MVE, natural
-     * otherwise, so quad position q of the weights meets tap ES_MCU_COL-ordered column q */
+    /* plain C: quad position k of the weights meets tap ES_MCU_QUAD(k) of the column */
     for (; k < k4; ++k) {
-#ifdef ES_MCU_MVE
-        const int t = k;
-#else
-        const int t = (k & ~3) | (((k) & 1) << 1) | (((k) >> 1) & 1); /* 0,2,1,3 */
-#endif
+        const int t = ES_MCU_QUAD(k);
         s[0][0] += (int32_t)w0[k] * c0[t];
         s[0][1] += (int32_t)w0[k] * c1[t];
         s[1][0] += (int32_t)w1[k] * c0[t];
         s[1][1] += (int32_t)w1[k] * c1[t];
     }
 }
+#endif
+
+#ifdef ES_MCU_MVE
+/* the int8 column of output pixel pix in quad order: x at each tap, x_zp at a padded one
+ * (x_zp - x_zp = 0, the real value 0 the reference adds there), 0 from K up to k4 */
+static void mcu_im2col_s8(const int8_t *x, const es_conv_params *p, int pix, int k4,
+                          int8_t *col) {
+    const int oh = pix / p->OW, ow = pix % p->OW;
+    int c, kh, kw, k = 0;
+    for (c = 0; c < p->C; ++c) {
+        const int8_t *xc = x + (size_t)c * p->H * p->W;
+        for (kh = 0; kh < p->KH; ++kh) {
+            const int ih = oh * p->SH - p->PT + kh * p->DH;
+            for (kw = 0; kw < p->KW; ++kw, ++k) {
+                const int iw = ow * p->SW - p->PL + kw * p->DW;
+                const int inside = ih >= 0 && ih < p->H && iw >= 0 && iw < p->W;
+                col[ES_MCU_QUAD(k)] = inside ? xc[ih * p->W + iw] : (int8_t)p->x_zp;
+            }
+        }
+    }
+    for (; k < k4; ++k) col[ES_MCU_QUAD(k)] = 0;
+}
+
+/* s[j] = weight row w . (column j - x_zp), j < 4, the columns k4 bytes apart */
+static void mcu_dot1x4_mve(const int8_t *w, const int8_t *cols, int k4, int x_zp,
+                           int32_t s[4]) {
+    int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, wsum = 0;
+    int k, j;
+    for (k = 0; k < k4; k += 16) {
+        const mve_pred16_t lanes = vctp8q((uint32_t)(k4 - k)); /* all 16 but at the end */
+        const int8x16_t wv = vldrbq_z_s8(w + k, lanes);        /* lanes off read as 0 */
+        wsum = vaddvaq_s8(wsum, wv);
+        a0 = vmladavaq_s8(a0, wv, vldrbq_z_s8(cols + k, lanes));
+        a1 = vmladavaq_s8(a1, wv, vldrbq_z_s8(cols + k4 + k, lanes));
+        a2 = vmladavaq_s8(a2, wv, vldrbq_z_s8(cols + 2 * k4 + k, lanes));
+        a3 = vmladavaq_s8(a3, wv, vldrbq_z_s8(cols + 3 * k4 + k, lanes));
+    }
+    s[0] = a0, s[1] = a1, s[2] = a2, s[3] = a3;
+    for (j = 0; j < 4; ++j) s[j] -= x_zp * wsum;
+}
+
+static void conv_i8_mcu_mve(const int8_t *x, const int8_t *w, const int32_t *bias,
+                            const int32_t *mult, const int32_t *shift, int8_t *cols, int8_t *y,
+                            const es_conv_params *p) {
+    const int k4 = (p->C * p->KH * p->KW + 3) & ~3, plane = p->OH * p->OW;
+    int pix, m, j;
+    for (pix = 0; pix < plane; pix += 4) {
+        const int n = plane - pix < 4 ? plane - pix : 4;
+        /* a short last group repeats its last pixel; those sums are thrown away */
+        for (j = 0; j < 4; ++j)
+            mcu_im2col_s8(x, p, pix + (j < n ? j : n - 1), k4, cols + (size_t)j * k4);
+        for (m = 0; m < p->M; ++m) {
+            int32_t s[4];
+            mcu_dot1x4_mve(w + (size_t)m * k4, cols, k4, p->x_zp, s);
+            for (j = 0; j < n; ++j)
+                y[(size_t)m * plane + pix + j] = es_requant(s[j] + bias[m], mult[m], shift[m],
+                                                            p->rq, p->y_zp, p->qmin, p->qmax);
+        }
+    }
+}
+#endif
 
 void es_conv2d_i8_mcu(const int8_t *x, const int8_t *w, const int32_t *bias,
                       const int32_t *mult, const int32_t *shift, int16_t *scratch, int8_t *y,
                       const es_conv_params *p) {
+#ifdef ES_MCU_MVE
+    conv_i8_mcu_mve(x, w, bias, mult, shift, (int8_t *)scratch, y, p);
+#else
     const int k4 = (p->C * p->KH * p->KW + 3) & ~3, plane = p->OH * p->OW;
     int16_t *col0 = scratch, *col1 = scratch + k4;
     int pix, m;
@@ -137,4 +191,5 @@ void es_conv2d_i8_mcu(const int8_t *x, const int8_t *w, const int32_t *bias,
                                    p->qmin, p->qmax);
         }
     }
+#endif
 }

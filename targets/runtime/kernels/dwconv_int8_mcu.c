@@ -13,8 +13,13 @@
  *      pair in the scratch: one unaligned word read, and one SMLAD multiplies it with the
  *      pair of weights (widened once per channel, SXTB16's job done in C since it runs
  *      KH*KW/2 times a channel) and adds both products; an odd last tap is one multiply.
- *      Elsewhere (and on the host, where the generated folder is checked) plain C adds the
- *      same products;
+ *      With Helium (Cortex-M55: __ARM_FEATURE_MVE, -mcpu=cortex-m55) four neighbouring
+ *      output pixels of a row are the four int32 lanes of one vector instead: each tap
+ *      loads the four int16 inputs it meets, widened on load (contiguous for SW = 1, a
+ *      gather at 0, SW, 2 SW, 3 SW otherwise), and one VMLA adds their products with the
+ *      tap's weight; the row's last vector is tail-predicated (VCTP). CMSIS-NN puts
+ *      channels in the lanes instead, which needs HWC activations. Elsewhere (and on the
+ *      host, where the generated folder is checked) plain C adds the same products;
  *   3. each sum is requantised (es_requant) into the CHW output.
  *
  * scratch: one padded int16 plane, ES_I8_DW_MCU_SCRATCH bytes. */
@@ -22,7 +27,10 @@
 
 #include "../edgesmith_rt.h"
 
-#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+#if defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 1)
+#include <arm_mve.h>
+#define ES_DW_MCU_MVE 1
+#elif defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
 #include <arm_acle.h>
 #define ES_DW_MCU_DSP 1
 #endif
@@ -76,6 +84,34 @@ static int32_t dw_mcu_pixel_dsp(const int8_t *wc, const int32_t *pairs, const in
 }
 #endif
 
+#ifdef ES_DW_MCU_MVE
+/* one output row of the channel, four pixels a vector: out[ow] = sum over taps of
+ * wc[tap] * plane[(oh*SH + kh*DH)][ow*SW + kw*DW], sums requantised as they are done */
+static void dw_mcu_row_mve(const int8_t *wc, const int16_t *row0, int wp, int8_t *yr,
+                           int32_t bias, int32_t mult, int32_t shift, const es_conv_params *p) {
+    const uint32x4_t offs = vmulq_n_u32(vidupq_n_u32(0, 1), (uint32_t)p->SW);
+    int ow, kh, kw, j;
+    for (ow = 0; ow < p->OW; ow += 4) {
+        const mve_pred16_t lanes = vctp32q((uint32_t)(p->OW - ow));
+        int32x4_t acc = vdupq_n_s32(0);
+        int32_t s[4];
+        for (kh = 0; kh < p->KH; ++kh) {
+            const int16_t *at = row0 + (size_t)kh * p->DH * wp + (size_t)ow * p->SW;
+            for (kw = 0; kw < p->KW; ++kw) {
+                const int16_t *tap = at + kw * p->DW;
+                const int32x4_t xv = p->SW == 1 ? vldrhq_z_s32(tap, lanes)
+                                                : vldrhq_gather_shifted_offset_z_s32(
+                                                      tap, offs, lanes);
+                acc = vmlaq_n_s32(acc, xv, wc[kh * p->KW + kw]);
+            }
+        }
+        vst1q_s32(s, acc);
+        for (j = 0; j < 4 && ow + j < p->OW; ++j)
+            yr[ow + j] = es_requant(s[j] + bias, mult, shift, p->rq, p->y_zp, p->qmin, p->qmax);
+    }
+}
+#endif
+
 void es_dwconv2d_i8_mcu(const int8_t *x, const int8_t *w, const int32_t *bias,
                         const int32_t *mult, const int32_t *shift, int16_t *scratch, int8_t *y,
                         const es_conv_params *p) {
@@ -100,6 +136,12 @@ void es_dwconv2d_i8_mcu(const int8_t *x, const int8_t *w, const int32_t *bias,
                         (uint32_t)(uint16_t)(int16_t)wc[kh * p->KW + 2 * j]
                         | ((uint32_t)(uint16_t)(int16_t)wc[kh * p->KW + 2 * j + 1] << 16));
         }
+#endif
+#ifdef ES_DW_MCU_MVE
+        for (oh = 0; oh < p->OH; ++oh)
+            dw_mcu_row_mve(wc, scratch + (size_t)oh * p->SH * wp, wp, yc + oh * p->OW, bias[ch],
+                           mult[ch], shift[ch], p);
+        continue;
 #endif
         for (oh = 0; oh < p->OH; ++oh)
             for (ow = 0; ow < p->OW; ++ow) {
