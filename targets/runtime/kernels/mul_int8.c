@@ -8,7 +8,13 @@
  * forms of es_mul_q; a multiplier above 1 (shift > 0) is applied as a left shift of the
  * product first, exact because |product| <= 255 * 255 < 2^16 leaves 14 bits to shift
  * into. es_mul_i8_ref is the per-element oracle over the same stride table. y may be a
- * full-shape input (element-wise, loads first). */
+ * full-shape input (element-wise, loads first).
+ *
+ * A long run against one element (an SE block's gate: each channel's plane times its
+ * scale) is a function of the run's byte alone. With AVX-512 VBMI, runs of LUT_MIN or more
+ * tabulate it first, the same arithmetic on the 256 codes, and then look each byte up
+ * (two 128-entry byte permutes per 64 bytes, as lut_int8.c): the bytes are unchanged and
+ * a 28x28 plane costs the table's 256 products plus the lookups instead of 784 products. */
 #include "../edgesmith_rt.h"
 #include "../es_simd.h"
 
@@ -157,6 +163,53 @@ static void mul_run_vs_one(const int8_t *x, int32_t x_zp, int8_t k, int32_t k_zp
     }
 }
 
+#if defined(__AVX512VBMI__) && defined(__AVX512BW__)
+#define LUT_MIN 512 /* shorter runs: the 256-entry table costs more than it saves */
+
+/* 64 lookups in table t0..t3 (entry u: the code (int8_t)u), as lut_int8.c's lut64 */
+static inline __m512i lookup64(__m512i v, __m512i t0, __m512i t1, __m512i t2, __m512i t3) {
+    const __m512i pos = _mm512_permutex2var_epi8(t0, v, t1);
+    const __m512i neg = _mm512_permutex2var_epi8(t2, v, t3);
+    return _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), pos, neg);
+}
+
+/* mul_run_vs_one by a table of its 256 results; y may be x */
+static void mul_run_vs_one_lut(const int8_t *x, int32_t x_zp, int8_t k, int32_t k_zp,
+                               int8_t *y, int n, const es_qmul_params *p) {
+    int8_t codes[256], table[256];
+    __m512i t0, t1, t2, t3;
+    int i;
+    for (i = 0; i < 256; ++i) codes[i] = (int8_t)(uint8_t)i;
+    mul_run_vs_one(codes, x_zp, k, k_zp, table, 256, p);
+    t0 = _mm512_loadu_si512(table);
+    t1 = _mm512_loadu_si512(table + 64);
+    t2 = _mm512_loadu_si512(table + 128);
+    t3 = _mm512_loadu_si512(table + 192);
+    for (i = 0; i + 64 <= n; i += 64)
+        _mm512_storeu_si512(y + i, lookup64(_mm512_loadu_si512(x + i), t0, t1, t2, t3));
+    if (i < n) { /* the tail under a mask: masked loads read nothing past n */
+        const __mmask64 m = ((__mmask64)1 << (n - i)) - 1;
+        _mm512_mask_storeu_epi8(y + i, m,
+                                lookup64(_mm512_maskz_loadu_epi8(m, x + i), t0, t1, t2, t3));
+    }
+}
+#else
+#define LUT_MIN 0 /* no table path */
+static void mul_run_vs_one_lut(const int8_t *x, int32_t x_zp, int8_t k, int32_t k_zp,
+                               int8_t *y, int n, const es_qmul_params *p) {
+    mul_run_vs_one(x, x_zp, k, k_zp, y, n, p);
+}
+#endif
+
+/* a run against one element, by a table where the run is long enough to pay for one */
+static void mul_vs_one(const int8_t *x, int32_t x_zp, int8_t k, int32_t k_zp, int8_t *y,
+                       int n, const es_qmul_params *p) {
+    if (LUT_MIN > 0 && n >= LUT_MIN)
+        mul_run_vs_one_lut(x, x_zp, k, k_zp, y, n, p);
+    else
+        mul_run_vs_one(x, x_zp, k, k_zp, y, n, p);
+}
+
 void es_mul_i8(const int8_t *a, const int8_t *b, int8_t *y, const es_qmul_params *p) {
     const es_bcast *bc = &p->bc;
     const int nd = bc->ndim, n = bc->shape[nd - 1];
@@ -167,9 +220,9 @@ void es_mul_i8(const int8_t *a, const int8_t *b, int8_t *y, const es_qmul_params
         if (a_runs && b_runs)
             mul_run(a + ao, b + bo, y, n, p);
         else if (a_runs)
-            mul_run_vs_one(a + ao, p->a_zp, b[bo], p->b_zp, y, n, p);
+            mul_vs_one(a + ao, p->a_zp, b[bo], p->b_zp, y, n, p);
         else
-            mul_run_vs_one(b + bo, p->b_zp, a[ao], p->a_zp, y, n, p);
+            mul_vs_one(b + bo, p->b_zp, a[ao], p->a_zp, y, n, p);
         y += n;
         es_bcast_next(bc, idx, &ao, &bo);
     }
