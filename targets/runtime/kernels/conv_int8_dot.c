@@ -64,8 +64,44 @@ static void quads_row(uint32_t *restrict dst, size_t n, const int8_t *restrict s
 }
 
 #if defined(ES_DOT_VNNI)
+/* quads_row_vnni for short rows (the stem's 48 or 112 words, a 6x6 plane's 36) and for its
+ * tail: every step vectorised, the last one under byte masks for loads and word masks for
+ * stores, nothing written past n */
+static void quads_row_masked(uint32_t *restrict dst, size_t n, const int8_t *restrict s0,
+                             const int8_t *restrict s1, const int8_t *restrict s2,
+                             const int8_t *restrict s3) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const __m512i lo = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
+    const __m512i hi = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+    size_t q;
+    for (q = 0; q < n; q += 64) {
+        const size_t rem = n - q < 64 ? n - q : 64;
+        const __mmask64 k = rem == 64 ? ~(__mmask64)0 : (((__mmask64)1 << rem) - 1);
+        const __m512i a = _mm512_maskz_loadu_epi8(k, s0 + q), b = _mm512_maskz_loadu_epi8(k, s1 + q);
+        const __m512i c = _mm512_maskz_loadu_epi8(k, s2 + q), d = _mm512_maskz_loadu_epi8(k, s3 + q);
+        const __m512i ab0 = _mm512_unpacklo_epi8(a, b), ab1 = _mm512_unpackhi_epi8(a, b);
+        const __m512i cd0 = _mm512_unpacklo_epi8(c, d), cd1 = _mm512_unpackhi_epi8(c, d);
+        const __m512i w0 = _mm512_unpacklo_epi16(ab0, cd0), w1 = _mm512_unpackhi_epi16(ab0, cd0);
+        const __m512i w2 = _mm512_unpacklo_epi16(ab1, cd1), w3 = _mm512_unpackhi_epi16(ab1, cd1);
+        const __m512i x01l = _mm512_permutex2var_epi64(w0, lo, w1);
+        const __m512i x01h = _mm512_permutex2var_epi64(w0, hi, w1);
+        const __m512i x23l = _mm512_permutex2var_epi64(w2, lo, w3);
+        const __m512i x23h = _mm512_permutex2var_epi64(w2, hi, w3);
+        const __m512i out[4] = {_mm512_shuffle_i64x2(x01l, x23l, 0x44),
+                                _mm512_shuffle_i64x2(x01l, x23l, 0xee),
+                                _mm512_shuffle_i64x2(x01h, x23h, 0x44),
+                                _mm512_shuffle_i64x2(x01h, x23h, 0xee)};
+        int i;
+        for (i = 0; i < 4 && (size_t)(16 * i) < rem; ++i) {
+            const size_t left = rem - 16 * (size_t)i;
+            const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+            _mm512_mask_storeu_epi32(dst + q + 16 * i, m, _mm512_xor_si512(out[i], flip));
+        }
+    }
+}
+
 /* quads_row for four whole channels (keep all ones), 64 words per step in byte unpacks,
- * the tail in quads_row: GCC's vectorisation of the plain loop takes twice the time.
+ * the tail in quads_row_masked: GCC's vectorisation of the plain loop takes twice the time.
  * Out of line: inlined, it slows the stride-2 stem conv by 5%. */
 ES_NOINLINE static void quads_row_vnni(uint32_t *restrict dst, size_t n, const int8_t *restrict s0,
                            const int8_t *restrict s1, const int8_t *restrict s2,
@@ -96,7 +132,7 @@ ES_NOINLINE static void quads_row_vnni(uint32_t *restrict dst, size_t n, const i
         _mm512_storeu_si512(dst + q + 48, _mm512_xor_si512(
             _mm512_shuffle_i64x2(x01h, x23h, 0xee), flip));
     }
-    quads_row(dst + q, n - q, s0 + q, s1 + q, s2 + q, s3 + q, 0xffffffffu, 0);
+    if (q < n) quads_row_masked(dst + q, n - q, s0 + q, s1 + q, s2 + q, s3 + q);
 }
 #endif
 
@@ -768,42 +804,6 @@ static void stem_rows(const int8_t *x, int8_t *rows, int8_t *rowbuf, int Hp, int
         }
 }
 
-#if defined(ES_DOT_VNNI)
-/* quads_row_vnni for the stem's short rows (48 or 112 words): every step vectorised, the
- * last one under byte masks for loads and word masks for stores, nothing written past n */
-static void quads_row_masked(uint32_t *restrict dst, size_t n, const int8_t *restrict s0,
-                             const int8_t *restrict s1, const int8_t *restrict s2,
-                             const int8_t *restrict s3) {
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
-    const __m512i lo = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
-    const __m512i hi = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
-    size_t q;
-    for (q = 0; q < n; q += 64) {
-        const size_t rem = n - q < 64 ? n - q : 64;
-        const __mmask64 k = rem == 64 ? ~(__mmask64)0 : (((__mmask64)1 << rem) - 1);
-        const __m512i a = _mm512_maskz_loadu_epi8(k, s0 + q), b = _mm512_maskz_loadu_epi8(k, s1 + q);
-        const __m512i c = _mm512_maskz_loadu_epi8(k, s2 + q), d = _mm512_maskz_loadu_epi8(k, s3 + q);
-        const __m512i ab0 = _mm512_unpacklo_epi8(a, b), ab1 = _mm512_unpackhi_epi8(a, b);
-        const __m512i cd0 = _mm512_unpacklo_epi8(c, d), cd1 = _mm512_unpackhi_epi8(c, d);
-        const __m512i w0 = _mm512_unpacklo_epi16(ab0, cd0), w1 = _mm512_unpackhi_epi16(ab0, cd0);
-        const __m512i w2 = _mm512_unpacklo_epi16(ab1, cd1), w3 = _mm512_unpackhi_epi16(ab1, cd1);
-        const __m512i x01l = _mm512_permutex2var_epi64(w0, lo, w1);
-        const __m512i x01h = _mm512_permutex2var_epi64(w0, hi, w1);
-        const __m512i x23l = _mm512_permutex2var_epi64(w2, lo, w3);
-        const __m512i x23h = _mm512_permutex2var_epi64(w2, hi, w3);
-        const __m512i out[4] = {_mm512_shuffle_i64x2(x01l, x23l, 0x44),
-                                _mm512_shuffle_i64x2(x01l, x23l, 0xee),
-                                _mm512_shuffle_i64x2(x01h, x23h, 0x44),
-                                _mm512_shuffle_i64x2(x01h, x23h, 0xee)};
-        int i;
-        for (i = 0; i < 4 && (size_t)(16 * i) < rem; ++i) {
-            const size_t left = rem - 16 * (size_t)i;
-            const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
-            _mm512_mask_storeu_epi32(dst + q + 16 * i, m, _mm512_xor_si512(out[i], flip));
-        }
-    }
-}
-#endif
 
 /* one row of the im2col block: word (k4, j) holds taps 4*k4 .. 4*k4 + 3 of output column j
  * (+128); taps past K repeat tap 0 (their weights are zero) */
