@@ -192,7 +192,7 @@ def _sigmoid_step(L: Lowerer, node, k: int, x: str) -> Step | None:
     q = L.producer.get(dq.input[0]) if dq is not None else None
     sig = L.producer.get(q.input[0]) if q is not None else None
     view = deq_input(L, node.input[k])
-    if (view is None or dq.op_type != "DequantizeLinear" or q is None
+    if (view is None or dq is None or dq.op_type != "DequantizeLinear" or q is None
             or q.op_type != "QuantizeLinear" or sig is None or sig.op_type != "Sigmoid"
             or L.single_consumer(sig.output[0]) is not q
             or L.single_consumer(q.output[0]) is not dq
