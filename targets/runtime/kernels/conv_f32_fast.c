@@ -31,7 +31,7 @@
  * parts, so r is exact) and e^r by Cephes expf's degree-5 polynomial on |r| <= ln 2 / 2
  * (relative error ~1e-7); then sigmoid(v) = 1 / (1 + e) for v >= 0, e / (1 + e) below, so
  * nothing overflows. z is clamped at -87, where e^z is ~1e-38 and sigmoid has saturated. */
-static float act1(float v, int act, float a0, float a1) {
+static inline float act1(float v, int act, float a0, float a1) {
     float t;
     switch (act) {
     case ES_ACT_RELU: return v > 0.0f ? v : 0.0f;
@@ -263,10 +263,9 @@ static void im2col_f32(const float *x, float *col, int p0, int K, const es_conv_
  * xnn_pack_f32_gemm_goi_w) with pixels and channels swapped, as our planes are NCHW; the
  * old kernel, 4 channels x 16 pixels on 8 ymm with 4 separate weight rows, ran 1x1 convs at
  * 14-20 GMAC/s. AVX2: 4 x 16 blocks of the same packing; NEON: 8 x 8 by lane FMAs.
- * Planes of at most ES_F32_LANES_P pixels (squeeze-excite 1x1 convs on 1 x 1) put output
- * channels in the lanes instead, so no lane computes a pixel that is not there. */
+ * Small planes put output channels in the lanes instead (gemm_cl, below), so no lane
+ * computes a pixel that is not there. */
 #define ES_F32_MR 8
-#define ES_F32_LANES_P 4
 
 /* 16-bit masks of the first n of 16 lanes */
 #define ES_MASK16(n) ((n) >= 16 ? 0xFFFFu : (n) <= 0 ? 0u : (1u << (n)) - 1u)
@@ -409,30 +408,190 @@ static void mk_f32_block(const float *col, const int32_t *off, int K, const floa
 }
 #endif
 
-/* Small planes, channels in the lanes: y[m][j] for one pixel j and every m, four blocks of
- * 8 channels at a time (four independent sums, so the FMA latency overlaps); plain loops
- * over the 8 lanes, which compilers turn into one vector each. */
-static void lanes_f32(const float *col, const int32_t *off, int K, int M, const float *wp,
-                      const float *b, float *y, size_t ldy, const es_conv_params *p) {
-    const int nb = (M + ES_F32_MR - 1) / ES_F32_MR;
-    int mb, q, k, r;
-    for (mb = 0; mb < nb; mb += 4) {
-        const int nq = nb - mb < 4 ? nb - mb : 4;
-        float s[4][ES_F32_MR];
-        for (q = 0; q < 4; ++q)
-            for (r = 0; r < ES_F32_MR; ++r) s[q][r] = 0.0f;
-        for (k = 0; k < K; ++k) {
-            const float xv = col[off[k]];
-            for (q = 0; q < 4; ++q) {
-                const float *wk = wp + ((size_t)(mb + (q < nq ? q : 0)) * K + k) * ES_F32_MR;
-                for (r = 0; r < ES_F32_MR; ++r) s[q][r] += xv * wk[r];
-            }
+/* ---- small planes: output channels in the lanes ------------------------------------------
+ * On a plane of at most ES_F32_CL_P output pixels whose 16-pixel vectors would leave lanes
+ * empty (3 x 3: 9 of 16; 7 x 7: 49 of 64; and the WQ - OW grid columns of a padded 3 x 3
+ * conv on top), the GEMM turns around, as XNNPACK's f32-gemm does on NHWC: the packed
+ * weights' 8-channel rows are the vectors, each pixel's input value is broadcast, and
+ * ES_CL_CH channels x ES_CL_NP pixels stay in registers for the whole K (AVX-512: 32 x 9 in
+ * 18 zmm, each zmm two 8-channel blocks joined; AVX2: 16 x 6 in 12 ymm; NEON: 16 x 4 in 16
+ * q). Per k that is ES_CL_CH / 8 weight rows and NP broadcasts for ES_CL_CH NP / 8 vector
+ * FMAs; the plane's pixels are split into equal chunks of at most ES_CL_NP, and a chunk's
+ * ES_CL_CH x NP results go out through a small tile (the channel planes are NCHW). Each
+ * weight block is read once per chunk, from cache after the first. Pixel j of a chunk
+ * reads grid cell g[j] of each K row (its flat index, or oh WQ + ow through the phases). */
+#define ES_F32_CL_P 64
+
+#if defined(__GNUC__)
+#define ES_ALWAYS_INLINE static inline __attribute__((always_inline))
+#else
+#define ES_ALWAYS_INLINE static inline
+#endif
+
+#if defined(__AVX512F__)
+#define ES_CL_CH 32
+#define ES_CL_NP 9
+/* the 8 weights of k in blocks a and b as one zmm */
+static inline __m512 join8(const float *a, const float *b) {
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(
+        _mm256_loadu_ps(a))), _mm256_castps_pd(_mm256_loadu_ps(b)), 1));
+}
+
+ES_ALWAYS_INLINE void cl_tile_n(const float *col, const int32_t *off, const int *g, int K,
+                                const float *const *wb, const float *bb, float *t,
+                                const es_conv_params *p, const int NP) {
+    __m512 a0[ES_CL_NP], a1[ES_CL_NP];
+    const __m512 b0 = _mm512_loadu_ps(bb), b1 = _mm512_loadu_ps(bb + 16);
+    int j, k;
+    for (j = 0; j < NP; ++j) {
+        a0[j] = b0;
+        a1[j] = b1;
+    }
+    for (k = 0; k < K; ++k) {
+        const float *cp = col + off[k];
+        const size_t kk = (size_t)k * ES_F32_MR;
+        const __m512 w0 = join8(wb[0] + kk, wb[1] + kk), w1 = join8(wb[2] + kk, wb[3] + kk);
+        for (j = 0; j < NP; ++j) {
+            const __m512 xv = _mm512_set1_ps(cp[g[j]]);
+            a0[j] = _mm512_fmadd_ps(w0, xv, a0[j]);
+            a1[j] = _mm512_fmadd_ps(w1, xv, a1[j]);
         }
-        for (q = 0; q < nq; ++q)
-            for (r = 0; r < ES_F32_MR && (mb + q) * ES_F32_MR + r < M; ++r) {
-                const int m = (mb + q) * ES_F32_MR + r;
-                y[(size_t)m * ldy] = act1(b[m] + s[q][r], p->act, p->a0, p->a1);
-            }
+    }
+    for (j = 0; j < NP; ++j) {
+        _mm512_storeu_ps(t + j * ES_CL_CH, act512v(a0[j], p->act, p->a0, p->a1));
+        _mm512_storeu_ps(t + j * ES_CL_CH + 16, act512v(a1[j], p->act, p->a0, p->a1));
+    }
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+#define ES_CL_CH 16
+#define ES_CL_NP 6
+ES_ALWAYS_INLINE void cl_tile_n(const float *col, const int32_t *off, const int *g, int K,
+                                const float *const *wb, const float *bb, float *t,
+                                const es_conv_params *p, const int NP) {
+    __m256 a0[ES_CL_NP], a1[ES_CL_NP];
+    const __m256 b0 = _mm256_loadu_ps(bb), b1 = _mm256_loadu_ps(bb + 8);
+    int j, k;
+    for (j = 0; j < NP; ++j) {
+        a0[j] = b0;
+        a1[j] = b1;
+    }
+    for (k = 0; k < K; ++k) {
+        const float *cp = col + off[k];
+        const size_t kk = (size_t)k * ES_F32_MR;
+        const __m256 w0 = _mm256_loadu_ps(wb[0] + kk), w1 = _mm256_loadu_ps(wb[1] + kk);
+        for (j = 0; j < NP; ++j) {
+            const __m256 xv = _mm256_broadcast_ss(cp + g[j]);
+            a0[j] = _mm256_fmadd_ps(w0, xv, a0[j]);
+            a1[j] = _mm256_fmadd_ps(w1, xv, a1[j]);
+        }
+    }
+    for (j = 0; j < NP; ++j) {
+        _mm256_storeu_ps(t + j * ES_CL_CH, act256v(a0[j], p->act, p->a0, p->a1));
+        _mm256_storeu_ps(t + j * ES_CL_CH + 8, act256v(a1[j], p->act, p->a0, p->a1));
+    }
+}
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+#define ES_CL_CH 16
+#define ES_CL_NP 4
+ES_ALWAYS_INLINE void cl_tile_n(const float *col, const int32_t *off, const int *g, int K,
+                                const float *const *wb, const float *bb, float *t,
+                                const es_conv_params *p, const int NP) {
+    float32x4_t a[ES_CL_NP][4];
+    int i, j, k;
+    for (j = 0; j < NP; ++j)
+        for (i = 0; i < 4; ++i) a[j][i] = vld1q_f32(bb + 4 * i);
+    for (k = 0; k < K; ++k) {
+        const float *cp = col + off[k];
+        const size_t kk = (size_t)k * ES_F32_MR;
+        const float32x4_t w0 = vld1q_f32(wb[0] + kk), w1 = vld1q_f32(wb[0] + kk + 4);
+        const float32x4_t w2 = vld1q_f32(wb[1] + kk), w3 = vld1q_f32(wb[1] + kk + 4);
+        for (j = 0; j < NP; ++j) {
+            const float xv = cp[g[j]];
+            a[j][0] = vfmaq_n_f32(a[j][0], w0, xv);
+            a[j][1] = vfmaq_n_f32(a[j][1], w1, xv);
+            a[j][2] = vfmaq_n_f32(a[j][2], w2, xv);
+            a[j][3] = vfmaq_n_f32(a[j][3], w3, xv);
+        }
+    }
+    for (j = 0; j < NP; ++j)
+        for (i = 0; i < 4; ++i)
+            vst1q_f32(t + j * ES_CL_CH + 4 * i, act_neonv(a[j][i], p->act, p->a0, p->a1));
+}
+#else
+#define ES_CL_CH 16
+#define ES_CL_NP 4
+/* portable: the same tile as plain loops */
+ES_ALWAYS_INLINE void cl_tile_n(const float *col, const int32_t *off, const int *g, int K,
+                                const float *const *wb, const float *bb, float *t,
+                                const es_conv_params *p, const int NP) {
+    float a[ES_CL_NP][ES_CL_CH];
+    int i, j, k, r;
+    for (j = 0; j < NP; ++j)
+        for (r = 0; r < ES_CL_CH; ++r) a[j][r] = bb[r];
+    for (k = 0; k < K; ++k) {
+        const float *cp = col + off[k];
+        for (j = 0; j < NP; ++j) {
+            const float xv = cp[g[j]];
+            for (i = 0; i < ES_CL_CH / ES_F32_MR; ++i)
+                for (r = 0; r < ES_F32_MR; ++r)
+                    a[j][i * ES_F32_MR + r] += wb[i][(size_t)k * ES_F32_MR + r] * xv;
+        }
+    }
+    for (j = 0; j < NP; ++j) act_row(t + j * ES_CL_CH, a[j], ES_CL_CH, p->act, p->a0, p->a1);
+}
+#endif
+
+/* one chunk of np <= ES_CL_NP pixels, np a constant in each case so the tile's
+ * accumulators are registers */
+static void cl_tile(const float *col, const int32_t *off, const int *g, int K,
+                    const float *const *wb, const float *bb, float *t, int np,
+                    const es_conv_params *p) {
+    switch (np) {
+#if ES_CL_NP > 6
+    case 9: cl_tile_n(col, off, g, K, wb, bb, t, p, 9); break;
+    case 8: cl_tile_n(col, off, g, K, wb, bb, t, p, 8); break;
+    case 7: cl_tile_n(col, off, g, K, wb, bb, t, p, 7); break;
+#endif
+#if ES_CL_NP > 4
+    case 6: cl_tile_n(col, off, g, K, wb, bb, t, p, 6); break;
+    case 5: cl_tile_n(col, off, g, K, wb, bb, t, p, 5); break;
+#endif
+    case 4: cl_tile_n(col, off, g, K, wb, bb, t, p, 4); break;
+    case 3: cl_tile_n(col, off, g, K, wb, bb, t, p, 3); break;
+    case 2: cl_tile_n(col, off, g, K, wb, bb, t, p, 2); break;
+    default: cl_tile_n(col, off, g, K, wb, bb, t, p, 1); break;
+    }
+}
+
+/* whether a plane of P outputs on a grid of n cells goes to gemm_cl: small, and 16-pixel
+ * vectors over the grid would leave lanes empty */
+static int use_cl(int P, int n) { return P <= ES_F32_CL_P && (n + 15) / 16 * 16 != P; }
+
+/* y[m][o] for every m < M and output o < P, o = oh OW + ow read at grid cell oh WQ + ow of
+ * each K row col + off[k] */
+static void gemm_cl(const float *col, const int32_t *off, int K, const float *wp, const float *b,
+                    float *y, int P, int OW, int WQ, const es_conv_params *p) {
+    const int M = p->M, nblk = (M + ES_F32_MR - 1) / ES_F32_MR;
+    const int nc = (P + ES_CL_NP - 1) / ES_CL_NP, base = P / nc, extra = P % nc;
+    int m0, i, r, c, j, p0;
+    for (m0 = 0; m0 < M; m0 += ES_CL_CH) {
+        const int nr = M - m0 < ES_CL_CH ? M - m0 : ES_CL_CH;
+        const float *wb[ES_CL_CH / ES_F32_MR];
+        float bb[ES_CL_CH], t[ES_CL_NP * ES_CL_CH];
+        for (i = 0; i < ES_CL_CH / ES_F32_MR; ++i) { /* blocks past M read block 0, unused */
+            const int blk = m0 / ES_F32_MR + i;
+            wb[i] = wp + (size_t)(blk < nblk ? blk : 0) * K * ES_F32_MR;
+        }
+        for (r = 0; r < ES_CL_CH; ++r) bb[r] = r < nr ? b[m0 + r] : 0.0f;
+        for (c = 0, p0 = 0; c < nc; ++c) {
+            const int np = base + (c < extra);
+            int g[ES_CL_NP];
+            for (j = 0; j < np; ++j) g[j] = (p0 + j) / OW * WQ + (p0 + j) % OW;
+            cl_tile(col, off, g, K, wb, bb, t, np, p);
+            for (r = 0; r < nr; ++r)
+                for (j = 0; j < np; ++j) y[(size_t)(m0 + r) * P + p0 + j] = t[j * ES_CL_CH + r];
+            p0 += np;
+        }
     }
 }
 
@@ -711,20 +870,19 @@ static void gemm_direct(const float *x, const float *w, const float *b, float *s
     const int K = p->C, P = p->OH * p->OW;
     int32_t *off = (int32_t *)scratch, *off32 = off + ES_F32_K16(K);
     float *col = scratch + 2 * ES_F32_K16(K);
-    int k, p0, j;
+    int k, p0;
     for (k = 0; k < K; ++k) {
         off[k] = k * P;
         off32[k] = k * ES_F32_TP;
+    }
+    if (use_cl(P, P)) {
+        gemm_cl(x, off, K, w, b, y, P, P, P, p);
+        return;
     }
     for (p0 = 0; p0 < P; p0 += ES_F32_TP) {
         const int nj = P - p0 < ES_F32_TP ? P - p0 : ES_F32_TP, inplace = nj == ES_F32_TP;
         const float *c = inplace ? x + p0 : col;
         if (!inplace) im2col_f32(x, col, p0, K, p);
-        if (P <= ES_F32_LANES_P) {
-            for (j = 0; j < nj; ++j)
-                lanes_f32(c + j, off32, K, p->M, w, b, y + p0 + j, (size_t)P, p);
-            continue;
-        }
         gemm_blocks(c, inplace ? off : off32, K, w, b, y + p0, (size_t)P, nj, p);
     }
 }
@@ -751,10 +909,8 @@ static void gemm_phases(const float *x, const float *w, const float *b, float *s
             memset(pc + (size_t)t * pq + (size_t)HQ * WQ, 0, sizeof(float) * (pq - (size_t)HQ * WQ));
         dwf_phases(pc, row, x + (size_t)c * p->H * p->W, p, HQ, WQ, pq);
     }
-    if (P <= ES_F32_LANES_P) {
-        for (o0 = 0; o0 < P; ++o0)
-            lanes_f32(ph + (size_t)(o0 / OW) * WQ + o0 % OW, off, K, p->M, w, b, y + o0,
-                      (size_t)P, p);
+    if (use_cl(P, n)) {
+        gemm_cl(ph, off, K, w, b, y, P, OW, WQ, p);
         return;
     }
     for (o0 = 0; o0 < n; o0 += ES_F32_TP) {
