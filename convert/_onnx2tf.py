@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from edgesmith.convert._onnx_gelu import mark_exact_gelus
 from edgesmith.errors import ConversionError
 from edgesmith.target import ConvertContext
 
@@ -219,6 +220,11 @@ def _kwargs(ctx: ConvertContext, work: Path, env: dict[str, str], *, int8: bool)
         "overwrite_input_shape": [f"{input_name}:{','.join(map(str, (1, *ctx.spec.shape)))}"],
         "copy_onnx_input_output_names_to_tflite": True,
         "enable_rnn_unroll": UNROLL_RNN,  # no WHILE loops: TF's calibrator segfaults on them
+        # an exact GELU's Erf becomes TFLite's GELU (static_batch, _onnx_gelu); any
+        # other Erf would be tf.math.erf, a Flex op the builtin interpreter lacks, so it is
+        # written out as Abramowitz-Stegun 7.1.26 (Abs, Exp, Mul, Add: |error| <= 1.5e-7).
+        # onnx2tf's Python API compares these names in lower case (its CLI lowers them)
+        "replace_to_pseudo_operators": ["erf"],
         "verbosity": "info",
     }
     if shutil.which(ONNXSIM, path=env["PATH"]) is None:
@@ -330,6 +336,9 @@ def static_batch(ctx: ConvertContext, folder: Path) -> Path:
         model = onnxslim.slim(model)
     except Exception as e:  # simplification is an aid, not a requirement
         ctx.log(f"note: onnxslim on the static-batch copy failed ({e}); using it unsimplified")
+    if n_gelu := mark_exact_gelus(model):
+        ctx.log(f"note: {n_gelu} exact GELU subgraph(s) (Div -> Erf -> Add -> Mul -> Mul) "
+                "marked for onnx2tf's GELU detection: TFLite's builtin GELU")
     onnx.save(model, str(out))
     return out
 

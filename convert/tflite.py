@@ -52,7 +52,9 @@ _VARIANTS = {
 # or the converted model computes something else.
 _FLEX = "becomes a Select-TF (Flex) op that the builtin LiteRT interpreter cannot run"
 _RULES = {
-    "Erf": CompatRule("unsupported", f"Erf {_FLEX}; use GELU(approximate='tanh')"),
+    "Erf": CompatRule("lowered", "an exact GELU's Erf becomes TFLite's GELU; any other Erf "
+                                 "becomes float arithmetic (|error| <= 1.5e-7) whose division "
+                                 "int8 cannot run: use nn.GELU()"),
     "Einsum": CompatRule("unsupported", "onnx2tf's Einsum gives wrong results after its "
                                         "NHWC transposition; rewrite it as MatMul/Transpose"),
     "CumSum": CompatRule("unsupported", "onnx2tf does not remap the CumSum axis to NHWC: "

@@ -9,6 +9,7 @@ import pytest
 
 from edgesmith.artifact import sha256_path
 from tests.conftest import DIGITS_ARCH, ROOT
+from tests.pipeline.test_skip_and_settings import CUMSUM
 
 ONLY = ("-t", "onnx:fp32")  # bad-input tests need no other format
 
@@ -179,15 +180,10 @@ def test_build_runs_compression_first_when_asked(cli, digits_ckpt, tmp_path):
 
 
 def test_unsupported_op_stops_the_build_before_compression(cli, tmp_path):
-    (tmp_path / "gelu.py").write_text(
-        "import torch\nfrom torch import nn\n"
-        "def build():\n"
-        "    torch.manual_seed(0)\n"
-        "    return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.GELU(),\n"
-        "                         nn.Flatten(), nn.Linear(8 * 64, 10)).eval()\n")
-    r = cli("build", f"{tmp_path}/gelu.py:build", "--out", tmp_path / "o",
+    (tmp_path / "cumsum.py").write_text(CUMSUM)  # CumSum: unsupported by tflite
+    r = cli("build", f"{tmp_path}/cumsum.py:build", "--out", tmp_path / "o",
             "--prune-ratio", "0.3", "-t", "tflite:fp32")
     assert r.code == 4, r.err
-    assert "(Erf) -> tflite-fp32" in r.err
+    assert "(CumSum) -> tflite-fp32" in r.err
     assert "finetune" not in r.err and "prune" not in r.err  # nothing was trained
     assert _no_output(tmp_path / "o")

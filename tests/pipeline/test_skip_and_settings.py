@@ -10,61 +10,68 @@ import pytest
 
 from tests.conftest import DIGITS_ARCH
 
-GELU = ("import torch\nfrom torch import nn\n"
-        "def build():\n"
-        "    torch.manual_seed(0)\n"
-        "    return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.GELU(),\n"
-        "                         nn.Flatten(), nn.Linear(8 * 64, 10)).eval()\n")
+CUMSUM = ("import torch\nfrom torch import nn\n"
+          "class Net(nn.Module):\n"
+          "    def __init__(self):\n"
+          "        super().__init__()\n"
+          "        self.conv = nn.Conv2d(1, 8, 3, padding=1)\n"
+          "        self.fc = nn.Linear(8 * 64, 10)\n"
+          "    def forward(self, x):\n"
+          "        return self.fc(torch.cumsum(self.conv(x), dim=2).flatten(1))\n"
+          "def build():\n"
+          "    torch.manual_seed(0)\n"
+          "    return Net().eval()\n")
 
 
 @pytest.fixture
-def gelu(tmp_path) -> str:
-    """A model whose GELU exports as Erf, which tflite-fp32 cannot express."""
-    (tmp_path / "gelu.py").write_text(GELU)
-    return f"{tmp_path}/gelu.py:build"
+def cumsum(tmp_path) -> str:
+    """A model with a CumSum, which tflite-fp32 cannot express (onnx2tf keeps its axis
+    in NCHW order: wrong results)."""
+    (tmp_path / "cumsum.py").write_text(CUMSUM)
+    return f"{tmp_path}/cumsum.py:build"
 
 
 def _manifest(out: Path) -> dict:
     return json.loads((out / "manifest.json").read_text())
 
 
-def test_skip_unsupported_builds_the_targets_that_can(cli, gelu, tmp_path):
+def test_skip_unsupported_builds_the_targets_that_can(cli, cumsum, tmp_path):
     out = tmp_path / "o"
-    r = cli("convert", gelu, "--out", out, "-t", "tflite:fp32", "-t", "onnx:fp32",
+    r = cli("convert", cumsum, "--out", out, "-t", "tflite:fp32", "-t", "onnx:fp32",
             "--skip-unsupported", "--no-budget")
     assert r.code == 0, r.err  # every target that was not skipped is ok
-    assert "tflite-fp32: skipped" in r.err and "(Erf)" in r.err
+    assert "tflite-fp32: skipped" in r.err and "(CumSum)" in r.err
     m = _manifest(out)
     skipped, built = m["targets"]
     assert skipped["name"] == "tflite-fp32" and skipped["status"] == "skipped"
-    assert [n["op_type"] for n in skipped["unsupported_nodes"]] == ["Erf"]
+    assert [n["op_type"] for n in skipped["unsupported_nodes"]] == ["CumSum"]
     assert "path" not in skipped and not (out / "targets" / "tflite-fp32").exists()
     assert built["name"] == "onnx-fp32" and built["status"] == "ok"
     md = (out / "report.md").read_text()
     assert "## Skipped targets (--skip-unsupported)" in md
-    assert "| tflite-fp32 | " in md and "| Erf |" in md
+    assert "| tflite-fp32 | " in md and "| CumSum |" in md
 
 
-def test_without_skip_unsupported_the_build_still_stops_before_work(cli, gelu, tmp_path):
-    r = cli("convert", gelu, "--out", tmp_path / "o", "-t", "tflite:fp32", "-t", "onnx:fp32")
-    assert r.code == 4 and "(Erf) -> tflite-fp32" in r.err
+def test_without_skip_unsupported_the_build_still_stops_before_work(cli, cumsum, tmp_path):
+    r = cli("convert", cumsum, "--out", tmp_path / "o", "-t", "tflite:fp32", "-t", "onnx:fp32")
+    assert r.code == 4 and "(CumSum) -> tflite-fp32" in r.err
     assert "--skip-unsupported" in r.err  # the fix names the way on
     assert not (tmp_path / "o").exists()
 
 
-def test_skip_unsupported_with_no_target_left_stops_before_work(cli, gelu, tmp_path):
-    r = cli("convert", gelu, "--out", tmp_path / "o", "-t", "tflite:fp32",
+def test_skip_unsupported_with_no_target_left_stops_before_work(cli, cumsum, tmp_path):
+    r = cli("convert", cumsum, "--out", tmp_path / "o", "-t", "tflite:fp32",
             "--skip-unsupported")
     assert r.code == 4 and "leaves no target to build" in r.err, r.err
     assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.slow
-def test_skip_unsupported_holds_before_compression_and_cli_sets_finetune(cli, gelu, tmp_path):
+def test_skip_unsupported_holds_before_compression_and_cli_sets_finetune(cli, cumsum, tmp_path):
     """The compat check before compressing skips too, and --finetune-epochs/--finetune-lr
     reach the fine-tune (recorded in the manifest), with every stage timed."""
     out = tmp_path / "o"
-    r = cli("build", gelu, "--out", out, "-t", "tflite:fp32", "-t", "onnx:fp32",
+    r = cli("build", cumsum, "--out", out, "-t", "tflite:fp32", "-t", "onnx:fp32",
             "--skip-unsupported", "--prune-ratio", "0.25", "--finetune-epochs", "1",
             "--finetune-lr", "0.005", "--no-budget")
     assert r.code == 0, r.err
