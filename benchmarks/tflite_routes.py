@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -63,7 +64,8 @@ DEFAULT_OUT = Path("/tmp/tflite-routes")
 # onnx2tf-2: its default TensorFlow-free backend (flatbuffer_direct); onnx2tf-2-tf: its
 # legacy backend (tf_converter, the `onnx2tf[tensorflow]` extra), as 1.28 converts
 ROUTES = ("onnx2tf-1.28", "onnx2tf-2", "onnx2tf-2-tf", "litert-torch")
-SHARED_RUN = "onnx2tf-1.28"  # the route whose INT8 run also writes the float32 model
+# the routes whose INT8 run also writes the float32 model (onnx2tf through TensorFlow)
+SHARED_RUNS = ("onnx2tf-1.28", "onnx2tf-2-tf")
 PRECISIONS = ("fp32", "int8")
 # zoo models (catalog names) plus the affine_grid case built on a trained zoo model
 MODELS = ("mobilenetv2", "mobilenetv3_small", "resnet18", "efficientnet_b0", "vit_small",
@@ -220,7 +222,7 @@ def convert(out: Path, route: str, names: list[str], timeout_s: float) -> None:
                 continue
             results[precision] = _convert_one(d, route, precision, timeout_s)
             shared = d / f"{route}-fp32.tflite"
-            if route == SHARED_RUN and precision == "int8" and results["int8"]["status"] == "ok" \
+            if route in SHARED_RUNS and precision == "int8" and results["int8"]["status"] == "ok" \
                     and shared.is_file():
                 results["fp32"] = {"status": "ok", "seconds": results["int8"]["seconds"],
                                    "size_bytes": shared.stat().st_size, "shared_run": True}
@@ -232,15 +234,15 @@ def convert(out: Path, route: str, names: list[str], timeout_s: float) -> None:
 
 
 def _order(route: str) -> tuple[str, ...]:
-    """The project's route converts INT8 first: like a build's tflite targets, one onnx2tf
+    """onnx2tf through TensorFlow converts INT8 first: like a build's tflite targets, one
     run writes float32 and the INT8 model (TensorFlow started and the graph converted
     once); float32 is converted alone only when that run fails."""
-    return ("int8", "fp32") if route == SHARED_RUN else PRECISIONS
+    return ("int8", "fp32") if route in SHARED_RUNS else PRECISIONS
 
 
 def _convert_one(d: Path, route: str, precision: str, timeout_s: float) -> dict[str, Any]:
     target = d / f"{route}-{precision}.tflite"
-    for p in ([target, d / f"{route}-fp32.tflite"] if route == SHARED_RUN else [target]):
+    for p in ([target, d / f"{route}-fp32.tflite"] if route in SHARED_RUNS else [target]):
         p.unlink(missing_ok=True)
     log = d / f"{route}-{precision}.log"
     start = time.perf_counter()
@@ -262,8 +264,6 @@ def _convert_one(d: Path, route: str, precision: str, timeout_s: float) -> dict[
 
 def _last_error(log: Path, rc) -> str:
     lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-    import re
-
     # no colour codes, no temp folders (the message after them is what tells)
     lines = [re.sub(r"(/[\w.+-]+)+/", "", re.sub(r"\x1b\[[0-9;]*m", "", ln)) for ln in lines]
     if rc == "timeout":
@@ -338,7 +338,7 @@ def _via_project(d: Path, spec: dict, calib: np.ndarray, precision: str) -> Path
     produced = Path(t.convert(ctx).path)
     if precision == "int8":  # the float32 model the same onnx2tf run wrote
         for f in ctx.work_dir.glob("onnx2tf-*-int8/saved_model/*_float32.tflite"):
-            shutil.copyfile(f, d / f"{SHARED_RUN}-fp32.tflite")
+            shutil.copyfile(f, d / "onnx2tf-1.28-fp32.tflite")
     return produced
 
 
@@ -368,8 +368,12 @@ def _via_onnx2tf2(d: Path, calib: np.ndarray, precision: str, backend: str) -> P
                                                           0.0, 1.0]])
     os.chdir(work)
     onnx2tf.convert(**kwargs)
-    suffix = "integer_quant" if precision == "int8" else "float32"
-    return work / "saved_model" / f"model_{suffix}.tflite"
+    float32 = work / "saved_model" / "model_float32.tflite"
+    if precision == "fp32":
+        return float32
+    if backend == "tf_converter" and float32.is_file():  # the same run's float32 model
+        shutil.copyfile(float32, d / "onnx2tf-2-tf-fp32.tflite")
+    return work / "saved_model" / "model_integer_quant.tflite"
 
 
 def _via_litert_torch(d: Path, spec: dict, calib: np.ndarray, precision: str) -> Path:
@@ -496,6 +500,7 @@ def measure(out: Path, names: list[str], runs: int, rounds: int) -> list[dict[st
                 conv = res[precision]
                 row = {"model": name, "route": route, "precision": precision,
                        "status": conv["status"], "convert_s": conv["seconds"],
+                       "shared_run": conv.get("shared_run", False),
                        "versions": res.get("versions"), "torch_top1": spec["torch_top1"],
                        "val_samples": len(val_y), "calib_samples": int(
                            np.load(d / "calib.npy", mmap_mode="r").shape[0])}
@@ -534,9 +539,12 @@ def table(rows: list[dict[str, Any]]) -> str:
         def f(key: str, fmt: str = "{}", r: dict = r, ok: bool = ok) -> str:
             return fmt.format(r[key]) if ok and r.get(key) is not None else "–"
 
-        status = "ok" if ok else f"{r['status']}: {r.get('error', '')}"[:120]
+        error = re.sub(r"^([\w]+\.)+(?=\w+(Error|Exception))", "", r.get("error") or "")
+        status = "ok" if ok else f"{r['status']}: {error}"[:190]
+        shared = " (shared run)" if r.get("shared_run") else ""
         lines.append(
-            f"| {r['model']} | {r['route']} | {r['precision']} | {status} | {r['convert_s']} | "
+            f"| {r['model']} | {r['route']} | {r['precision']} | {status} | "
+            f"{r['convert_s']}{shared} | "
             f"{(r['size_bytes'] / 1e6 if ok else 0):.2f} | {f('max_abs_err')} | "
             f"{f('cosine_mean')} | {f('top1', '{:.3f}')} | {f('drop_pt')} | {f('p50_ms')} | "
             f"{f('ratio_to_1.28')} |")
