@@ -30,7 +30,7 @@ import numpy as np
 
 from edgesmith.errors import ConversionError, DeviceError, EdgesmithError, UsageError
 
-from .isa import MVE, macros
+from .isa import MVE, is_mcu, macros
 from .mcu_size import library_sources
 
 HARNESS = Path(__file__).parent / "runtime" / "mcu"
@@ -56,6 +56,19 @@ BOARDS = {"m7": Board(MACHINE, "mps2_an500.ld", "4 MB flash / 4 MB RAM"),
 def board_for(cc: str, cflags: str) -> Board:
     """mps3-an547 (Cortex-M55) when ``cc cflags`` targets Helium, else mps2-an500 (M7)."""
     return BOARDS["m55" if MVE in macros(cc, cflags) else "m7"]
+
+
+def check_flags(cc: str, cflags: str) -> None:
+    """A usage error (exit 2) when ``cc`` rejects ``cflags`` or they name no Cortex-M core:
+    the link would otherwise fail with the compiler's list of CPUs, or the image fault."""
+    isa = macros(cc, cflags)
+    if not isa:
+        raise UsageError(f"{cc} rejects the flags {cflags!r}", where="--cflags",
+                         fix=f"pass the profile's cross_cflags, e.g. {CFLAGS!r} (Cortex-M7) "
+                             f"or {M55_CFLAGS!r} (Cortex-M55)")
+    if not is_mcu(isa):
+        raise UsageError(f"the flags {cflags!r} do not target a Cortex-M core", where="--cflags",
+                         fix="add -mcpu=cortex-m7 (or cortex-m55 for Helium) and -mthumb")
 QEMU = "qemu-system-arm"
 INSTALL_FIX = "apt-get install qemu-system-arm gcc-arm-none-eabi libnewlib-arm-none-eabi " \
               "(make system-deps installs them)"
@@ -68,6 +81,7 @@ def build_image(folder: Path, out: Path, cc: str = CC, cflags: str = CFLAGS) -> 
     if shutil.which(cc) is None:
         raise UsageError(f"{cc} is not on this machine's PATH", where="mcu_qemu",
                          fix=INSTALL_FIX)
+    check_flags(cc, cflags)
     folder, board = Path(folder), board_for(cc, cflags)
     srcs = [str(folder / s) for s in library_sources(folder)]
     cmd = [cc, *cflags.split(), "-std=c99", "-Wall", "-Wextra", "-Werror", "-I", str(folder),

@@ -85,3 +85,21 @@ def test_digits_cnn_on_emulated_cortex_m55_equals_host_bit_for_bit(digits_qdq, d
     on_mcu = mcu_qemu.run(folder, x, cflags=M55_FLAGS)
     np.testing.assert_array_equal(on_mcu, run.run(folder, x))
     assert len(set(on_mcu.argmax(1))) > 1  # trained weights: it classifies
+
+
+
+@pytest.mark.parametrize(("cflags", "says"), [
+    ("-O2 -mcpu=cortex-m99", "rejects the flags"), ("-O2", "do not target a Cortex-M core")])
+def test_flags_the_compiler_rejects_or_not_for_a_cortex_m_are_a_usage_error(tmp_path, cflags,
+                                                                           says):
+    """Exit 2 naming --cflags and the flags to use, before any link (it was exit 4 with
+    the compiler's CPU list and a fix about region overflows)."""
+    from edgesmith.errors import UsageError
+    from edgesmith.targets import mcu_qemu
+
+    (tmp_path / "Makefile").write_text("SRCS =\n")
+    with pytest.raises(UsageError) as e:
+        mcu_qemu.build_image(tmp_path, tmp_path / "x.elf", cflags=cflags)
+    msg = e.value.message()
+    assert e.value.exit_code == 2 and says in msg and "--cflags" in msg, msg
+    assert "cortex-m7" in msg and "-mthumb" in msg  # the fix names what to pass
