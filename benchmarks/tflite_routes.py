@@ -270,6 +270,18 @@ def _last_error(log: Path, rc) -> str:
         return "timed out"
     if isinstance(rc, int) and rc < 0:
         return f"crashed (signal {-rc})"
+    # onnx2tf's own diagnosis, when it gave one, comes first ("ERROR: The current
+    # implementation of GridSample supports only ..."); the traceback follows it
+    said = [ln for ln in lines if ln.startswith("ERROR: ") and "trace log" not in ln]
+    if said:
+        return said[0][len("ERROR: "):][:240]
+    # onnx2tf (via TensorFlow) logs a failed INT8 step as a warning and goes on: the
+    # exception just before "WARNING: ... output failed." is why
+    failed = [i for i, ln in enumerate(lines) if ln.startswith("WARNING:") and "failed" in ln]
+    if failed:
+        why = [ln for ln in lines[:failed[0]] if re.match(r"^[\w.]+(Error|Exception): ", ln)]
+        if why:
+            return f"{lines[failed[0]][len('WARNING: '):]} {why[-1]}"[:240]
     # in a chained traceback the cause is the exception line just before "The above
     # exception was the direct cause" (onnx2tf 2.x re-raises a generic RuntimeError);
     # earlier exception lines can be ones it logged and went past
@@ -514,11 +526,13 @@ def measure(out: Path, names: list[str], runs: int, rounds: int) -> list[dict[st
                         live.pop(route, None)
                         row["status"] = "runtime error"
                         row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-                else:  # the log's cause line (read again: the parser may be newer)
-                    log = d / f"{route}-{precision}.log"
+                else:  # the log's cause line (read again: the parser may be newer);
+                    # the project's route keeps onnx2tf's own output in a converter log
+                    logs = [p for p in (d / f"{route}-{precision}.converter.log",
+                                        d / f"{route}-{precision}.log") if p.is_file()]
                     err = conv.get("error", "")
                     row["error"] = err if err.startswith(("crashed", "timed out")) or \
-                        not log.is_file() else _last_error(log, 1)
+                        not logs else _last_error(logs[0], 1)
                 rows.append(row)
             if live:
                 timed = _rounds(live, val_x[0], runs, rounds)

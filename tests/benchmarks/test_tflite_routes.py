@@ -45,3 +45,24 @@ def test_a_crash_by_signal_is_named_as_one(tmp_path):
     log = tmp_path / "route.log"
     log.write_text("converting...\nValueError: an earlier warning it logged\n")
     assert tflite_routes._last_error(log, -11) == "crashed (signal 11)"
+
+
+def test_onnx2tf_own_diagnosis_is_quoted_before_its_traceback(tmp_path):
+    log = tmp_path / "converter.log"
+    log.write_text("I0000 port.cc:153] oneDNN custom operations are on. You may see slightly "
+                   "different numerical results due to floating-point round-off errors\n"
+                   "\x1b[31mERROR:\x1b[0m The current implementation of GridSample supports "
+                   "only mode=['bilinear'].\n\x1b[31mERROR:\x1b[0m The trace log is below.\n"
+                   "Traceback (most recent call last):\nKeyError: 'linear'\n")
+    assert tflite_routes._last_error(log, 1) == \
+        "The current implementation of GridSample supports only mode=['bilinear']."
+
+
+def test_a_failed_step_onnx2tf_went_past_is_named_with_its_exception(tmp_path):
+    log = tmp_path / "route.log"
+    log.write_text("RuntimeError: Select TensorFlow op(s) are not supported\n"
+                   "WARNING: Full INT8 Quantization tflite output failed.\n"
+                   "FileNotFoundError: [Errno 2] No such file: 'model_integer_quant.tflite'\n")
+    assert tflite_routes._last_error(log, 1) == (
+        "Full INT8 Quantization tflite output failed. RuntimeError: Select TensorFlow op(s) "
+        "are not supported")
