@@ -331,6 +331,7 @@ void es_binary_f32(const float *a, const float *b, float *y, int op, const es_bc
 void es_channel_affine_f32(const float *x, const float *s, const float *b, float *y, int outer,
                            int C, int inner);
 void es_maxpool2d_f32(const float *x, float *y, const es_pool_params *p);
+void es_maxpool2d_f32_ref(const float *x, float *y, const es_pool_params *p);
 void es_avgpool2d_f32(const float *x, float *y, const es_pool_params *p);
 void es_reduce_f32(const float *x, float *y, const es_reduce_params *p);
 void es_softmax_f32(const float *x, float *y, const es_softmax_params *p);
