@@ -239,6 +239,15 @@ typedef struct { /* es_layernorm_f32: ONNX LayerNormalization over n of x[rows][
     float eps; /* y = (x - mean) / sqrt(var + eps) * scale[n] + bias[n] */
 } es_layernorm_params;
 
+typedef struct { /* es_gru_f32: ONNX GRU, layout 0, x[T][N][I] -> y[T][dirs][N][H] */
+    int32_t T, N, I, H;          /* time steps, batch, inputs, hidden size */
+    int32_t dirs;                /* 1, or 2: bidirectional (forward, then reverse) */
+    int32_t reverse;             /* dirs 1: run t = T-1 .. 0 */
+    int32_t linear_before_reset; /* ONNX attribute: 1 applies r after h . Rh^T + Rbh */
+} es_gru_params;
+/* input projection [T][N][3H], state, recurrent sums, r * h and candidate term */
+#define ES_GRU_SCRATCH(T, N, H) (4u * (3u * (unsigned)(T) + 6u) * (unsigned)(N) * (unsigned)(H))
+
 typedef struct { /* es_resize2d_f32: NC planes of H x W to OH x OW */
     int32_t NC, H, W, OH, OW;
     int32_t mode;    /* ES_RESIZE_NEAREST or ES_RESIZE_LINEAR */
@@ -338,6 +347,11 @@ void es_softmax_f32(const float *x, float *y, const es_softmax_params *p);
 void es_lrn_f32(const float *x, float *y, const es_lrn_params *p);
 void es_layernorm_f32(const float *x, const float *scale, const float *bias, float *y,
                       const es_layernorm_params *p);
+void es_gru_f32(const float *x, const float *w, const float *r, const float *b,
+                const float *h0, float *scratch, float *y, float *y_h, const es_gru_params *p);
+void es_gru_f32_ref(const float *x, const float *w, const float *r, const float *b,
+                    const float *h0, float *scratch, float *y, float *y_h,
+                    const es_gru_params *p);
 void es_pad_f32(const float *x, float *y, const es_pad_params *p);
 void es_resize2d_f32(const float *x, float *y, const es_resize_params *p);
 
