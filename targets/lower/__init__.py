@@ -17,6 +17,7 @@ structures) and never ``ir`` (the driver), which imports them.
 from . import (  # noqa: F401  (registers lowerers)
     conv,
     elementwise,
+    gru,
     int8,
     int8_conv,
     int8_eltwise,
