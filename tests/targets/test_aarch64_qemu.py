@@ -74,11 +74,14 @@ def _build(check: str, sources: list[str], flags: list[str], out: Path) -> Path:
     return out
 
 
-@pytest.mark.parametrize("flags", [["-O3"], SAN], ids=["neon", "neon_asan_ubsan"])
+# ASan's start-up under qemu-user costs seconds a process: the sanitizer builds are
+# very_slow (make test-all), the plain NEON ones run in every make test
+@pytest.mark.parametrize("flags", [["-O3"], pytest.param(SAN, marks=pytest.mark.very_slow)],
+                         ids=["neon", "neon_asan_ubsan"])
 @pytest.mark.parametrize("kernel", sorted(KERNELS))
 def test_changed_kernel_on_aarch64_matches_its_reference(kernel, flags, tmp_path):
     require_tools(CC, QEMU[0])
-    check, sources, cases = KERNELS[kernel](6 if flags is SAN else 12)
+    check, sources, cases = KERNELS[kernel](6 if flags == SAN else 12)
     b = _build(check, sources, flags, tmp_path / f"{kernel}_check")
     for args in cases:
         p = subprocess.run([*QEMU, str(b), *map(str, args)], capture_output=True, text=True,
@@ -156,6 +159,7 @@ def _harness_run(folder: Path, flags: list[str], args: list[str],
     return p.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.very_slow
 def test_threaded_aarch64_build_is_sanitizer_clean(a64_int8_t2):
     """Time-sliced (one step a slice, hooks on the caller) and whole runs with threads: 2,
     equal outputs, under ASan + UBSan on aarch64."""
