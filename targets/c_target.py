@@ -19,6 +19,7 @@ from edgesmith.errors import ConversionError, ProfileError, UnsupportedOpError
 from edgesmith.target import CompatRule, ConvertContext, Runner, Target
 
 from .int8_input import InputOption
+from .lower.gru import attr_problem as gru_attr_problem
 from .tiling import TilingOption
 
 _HINT = ("the C runtime has no kernel for this op; use another target (onnx, tflite) or "
@@ -115,6 +116,8 @@ class CTarget(Target):
         if op_type in ("Conv", "MaxPool", "AveragePool") and len(
                 attrs.get("kernel_shape", [])) > 2:
             return CompatRule("unsupported", f"{op_type}: only 1-D and 2-D")
+        if op_type == "GRU" and (problem := gru_attr_problem(attrs)):  # lower/gru.py
+            return CompatRule("unsupported", f"GRU: {problem[0]}; {problem[1]}")
         return rule
 
     # -- convert ---------------------------------------------------------------------------
