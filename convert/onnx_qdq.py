@@ -6,6 +6,8 @@ The INT8 QDQ model is also what the C runtime generator lowers to quantized kern
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import shutil
 import warnings
@@ -61,8 +63,9 @@ def quantize_qdq(fp32_onnx: Path, calib, out: Path, *, log=None,
     root_logger = logging.getLogger()
     level = root_logger.level
     root_logger.setLevel(logging.ERROR)  # ORT logs a pre-processing advice on every call
-    try:
-        with warnings.catch_warnings():
+    printed = io.StringIO()  # ORT's histogram calibrators print progress: not on our stdout,
+    try:  # which carries --json
+        with warnings.catch_warnings(), contextlib.redirect_stdout(printed):
             warnings.simplefilter("ignore")
             q.quantize_static(
                 str(fp32_onnx), str(out), _CalibReader(name, calib),
@@ -77,6 +80,8 @@ def quantize_qdq(fp32_onnx: Path, calib, out: Path, *, log=None,
     finally:
         root_logger.setLevel(level)
     if log:
+        for line in printed.getvalue().splitlines():
+            log(f"onnxruntime: {line}")
         log(f"quantize_static: method={calib.method} samples={calib.samples} "
             f"per_channel={calib.per_channel} float={list(exclude)} -> {out}")
     return out

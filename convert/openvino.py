@@ -72,6 +72,9 @@ class OpenVINOTarget(Target):
     device_runtime = "openvino"
     device_loader = Path(__file__).with_name("openvino_device.py")
     device_threads_option = "num_threads"
+    # calibration methods with ranges of their own (any method but minmax: nncf's mean of
+    # per-sample min/max); the accuracy-aware fallback tries them before layers in float
+    range_methods = ("minmax", "percentile", "entropy", "mse")
     # observed with openvino 2026.4 (tests/convert/test_compat_rules.py); its ONNX frontend
     # covers nearly the whole default domain
     compat_rules = {

@@ -82,6 +82,7 @@ class Fallback:
     _calib: Any = None  # the CalibrationSet the variants use (``calibration``)
     _calib_steps: list[dict[str, Any]] = field(default_factory=list)
     _calib_qdq: dict[str, Path] = field(default_factory=dict)  # method -> its QDQ model
+    _own_ranges: dict[str, dict[str, Any]] = field(default_factory=dict)  # target -> its try
 
     # -- when ---------------------------------------------------------------------------
     def reason(self, r: stages.TargetResult) -> str | None:
@@ -148,10 +149,21 @@ class Fallback:
         return self.calibration() is not self.setup.calib
 
     def _recalibrates(self, r: stages.TargetResult) -> bool:
-        """Whether ``r``'s format takes the changed calibration: those that lower the static
-        QDQ model do; TFLite and OpenVINO calibrate with their own min/max."""
+        """Whether ``r`` was converted with a changed calibration: the formats that lower
+        the static QDQ model take the screened one; a format with its own non-min/max
+        ranges (OpenVINO) kept them when its own try was better; TFLite has min/max only."""
+        if r.spec.name in self._own_ranges:
+            return bool(self._own_ranges[r.spec.name].get("kept"))
         return self.recalibrated() and getattr(registry.get(r.spec.format.value),
                                                "uses_static_qdq", False)
+
+    def _own_alt_calibration(self, r: stages.TargetResult) -> Any:
+        """``ALT_METHOD`` for a format that calibrates itself and has ranges beyond min/max
+        (its ``range_methods``), when the profile asked for min/max; else None."""
+        own = self.setup.calib
+        methods = getattr(registry.get(r.spec.format.value), "range_methods", ())
+        return replace(own, method=ALT_METHOD) if own.method == "minmax" and \
+            ALT_METHOD in methods else None
 
     def _screen_calibration(self, calib: Any) -> tuple[dict[str, Any], validate.Validation]:
         if calib is self.setup.calib and self.setup.static_qdq is not None:
@@ -229,10 +241,20 @@ class Fallback:
         if not self.ranking():
             return _annotated(r, self._record(r, None, [], 0), "no quantized layer to rank")
         start, _ = self.screened()
-        if how != "static_qdq":  # formats that calibrate themselves: zero layers = plain
-            start = max(start, 1)
         tried = 0
         best: stages.TargetResult | None = None
+        if how != "static_qdq":  # formats that calibrate themselves: zero layers = plain
+            start = max(start, 1)
+            alt = self._own_alt_calibration(r)
+            if alt is not None:
+                tried, got = 1, self._try(r, options, {**ctx_args, "calib": alt}, how, 0)
+                self._own_ranges[r.spec.name] = {"runtime": r.spec.name, "method": alt.method,
+                                                  "drop_pt": _drop_or_none(got)}
+                if _drop(got) < _drop(r):
+                    ctx_args, best = {**ctx_args, "calib": alt}, got
+                    self._own_ranges[r.spec.name]["kept"] = True
+                if got.status == "ok" and _within(got.validation, self.setup.budget_pt):
+                    return self._adopt(r, got, 0, tried)
         for k in range(start, self.cap() + 1):
             tried += 1
             got = self._try(r, options, ctx_args, how, k)
@@ -287,7 +309,7 @@ class Fallback:
         art = got.artifact
         meta = {**art.meta, "float_nodes": self.layers(k)}
         calibrated = self._recalibrates(r)
-        if calibrated:
+        if calibrated and r.spec.name not in self._own_ranges:  # its meta has the profile's
             meta["calibration"] = self.calibration().summary()
         artifact = Artifact(final / art.path.relative_to(src), art.format, art.precision,
                             art.sha256, meta)
@@ -295,7 +317,7 @@ class Fallback:
         how = f"{k} layer(s) kept in float ({', '.join(self.layers(k))})" if k else \
             "no layer kept in float"
         if calibrated:
-            how = f"{self.calibration().method} calibration, {how}"
+            how = f"{ALT_METHOD} calibration, {how}"
         msg = (f"{name}: INT8 drop {_pt(r)} pt missed the {self.setup.budget_pt:g} pt budget; "
                f"{how}: drop {_pt(got)} pt")
         return stages.TargetResult(r.spec, artifact, got.validation, "ok", msg,
@@ -314,9 +336,10 @@ class Fallback:
             "drop_after_pt": _drop(got) if got is not None and got.validation else None,
             "tried": tried, "cap": self.cap(),
             "screen": {"runtime": "onnxruntime", "layers": start, "steps": steps},
-            "calibration": {"method": self.calibration().method if self._recalibrates(r)
-                            else self.setup.calib.method, "screen": self._calib_steps}
-            if self._calib_steps else None,
+            "calibration": {"method": ALT_METHOD if self._recalibrates(r)
+                            else self.setup.calib.method, "screen": self._calib_steps +
+                            [v for k, v in self._own_ranges.items() if k == r.spec.name]}
+            if self._calib_steps or r.spec.name in self._own_ranges else None,
             "ranking": [s.to_json() for s in self.ranking()[:max(self.cap(), 5)]],
         }
 
@@ -341,6 +364,10 @@ def _within(v: validate.Validation | None, budget_pt: float | None) -> bool:
 
 def _drop_of(v: validate.Validation) -> float:
     return math.inf if v.accuracy_drop is None else v.accuracy_drop
+
+
+def _drop_or_none(r: stages.TargetResult) -> float | None:
+    return None if math.isinf(_drop(r)) else _drop(r)
 
 
 def _drop(r: stages.TargetResult) -> float:

@@ -47,8 +47,11 @@ def test_an_outlier_set_range_is_fixed_by_percentile_calibration_with_no_layer_i
     data = _outlier_data(tmp_path / "data.npz")
     profile = _profile(tmp_path / "profile.yaml", ["onnx:int8", "c:int8"], 2.0)
     out = tmp_path / "out"
-    r = cli("convert", two_channel_model, "--data", data, "--profile", profile, "--out", out)
+    r = cli("convert", two_channel_model, "--data", data, "--profile", profile, "--out", out,
+            "--json")
     assert r.code == 0, r.err
+    summary = json.loads(r.out)  # stdout is the JSON alone: ORT's calibrator prints go to the log
+    assert [t["fallback"]["layers"] for t in summary["targets"]] == [[], []]
     m = json.loads((out / "manifest.json").read_text())
     for t in m["targets"]:
         fb = t["fallback"]
@@ -70,3 +73,22 @@ def test_an_outlier_set_range_is_fixed_by_percentile_calibration_with_no_layer_i
     dq = next(n for n in graph.node if n.output[0] == stem.input[0])
     scale = next(numpy_helper.to_array(i) for i in graph.initializer if i.name == dq.input[1])
     assert float(scale) < 0.05  # min/max would give (OUTLIER + 1) / 255 = 3.9
+
+
+def test_openvino_int8_takes_its_own_ranges_for_an_outlier_with_no_layer_in_float(
+        cli, two_channel_model, tmp_path):
+    data = _outlier_data(tmp_path / "data.npz")
+    profile = _profile(tmp_path / "profile.yaml", ["openvino:int8"], 2.0)
+    out = tmp_path / "out"
+    r = cli("convert", two_channel_model, "--data", data, "--profile", profile, "--out", out)
+    assert r.code == 0, r.err
+    t = json.loads((out / "manifest.json").read_text())["targets"][0]
+    fb = t["fallback"]
+    assert t["status"] == "ok", t
+    assert fb["drop_before_pt"] > 20
+    assert fb["applied"] and fb["layers"] == []  # without the rung: the stem in float
+    assert fb["drop_after_pt"] == t["accuracy_drop"] <= 2.0
+    assert fb["calibration"]["method"] == "percentile"
+    own = fb["calibration"]["screen"][-1]
+    assert own["runtime"] == "openvino-int8" and own["kept"]
+    assert t["meta"]["nncf"]["activation_ranges"] == "mean of per-sample min/max"
