@@ -137,8 +137,9 @@ def _preprocess_h(spec: dict[str, Any] | None) -> list[str]:
 
 
 # kernels that call another kernel file's function: es_conv2d_i8_dot_add's epilogue is
-# es_add_i8 (lower/fuse_int8.py); es_gru_f32's projections are es_gemm_f32 (lower/gru.py)
-KERNEL_DEPS = {"es_conv2d_i8_dot_add": ("add_int8.c",), "es_gru_f32": ("gemm_f32.c",)}
+# es_add_i8 (lower/fuse_int8.py); gru_f32.c's projections are es_gemm_f32 (lower/gru.py)
+KERNEL_DEPS = {"es_conv2d_i8_dot_add": ("add_int8.c",), "es_gru_f32": ("gemm_f32.c",),
+               "es_gru_f32_ref": ("gemm_f32.c",)}
 
 
 def _kernel_index() -> dict[str, str]:
