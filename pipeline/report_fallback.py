@@ -1,5 +1,6 @@
 """The report's section on the accuracy-aware INT8 fallback (``fallback.py``): which
-layers each INT8 target kept in float, and its accuracy drop before and after."""
+layers each INT8 target kept in float, the calibration it ended with (min/max, or the
+percentile ranges the fallback tried first), and its accuracy drop before and after."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from collections.abc import Callable
 from typing import Any
 
 HEADER = ["target", "layers kept in float", "drop before", "drop after", "tries",
-          "within budget"]
+          "within budget", "calibration"]
 TITLE = "INT8 layers kept in float (accuracy-aware fallback)"
-NOTE = ("Layers ranked by their own SQNR when quantized alone (most harmful first), "
+NOTE = ("A min/max calibration that misses is first tried again with percentile ranges "
+        "(ONNX and C: onnxruntime's; OpenVINO: nncf's mean per-sample min/max). "
+        "Layers ranked by their own SQNR when quantized alone (most harmful first), "
         "screened with onnxruntime, then confirmed on each target by its validation "
         "accuracy; at most {cap} layer(s) may fall back. --no-fallback turns this off.")
 
@@ -25,8 +28,18 @@ def rows(manifest: dict[str, Any]) -> list[list[str]]:
         layers = ", ".join(fb["layers"] if fb["applied"] else fb.get("tried_layers") or [])
         out.append([t["name"], (layers if fb["applied"] else f"(tried) {layers}") or "—",
                     _pt(fb.get("drop_before_pt")), _pt(fb.get("drop_after_pt")),
-                    str(fb.get("tried", 0)), "yes" if fb["applied"] else "no"])
+                    str(fb.get("tried", 0)), "yes" if fb["applied"] else "no",
+                    _calibration(fb.get("calibration"))])
     return out
+
+
+def _calibration(calib: dict[str, Any] | None) -> str:
+    """The method the target ended with, and each method's screened drop."""
+    if not calib:
+        return "—"
+    tried = "; ".join(f"{s['method']}{' on ' + s['runtime'] if s.get('runtime') else ''} "
+                      f"{_pt(s.get('drop_pt'))}" for s in calib.get("screen", []))
+    return f"{calib['method']} ({tried})" if tried else calib["method"]
 
 
 def _pt(v: Any) -> str:

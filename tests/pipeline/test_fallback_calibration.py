@@ -64,6 +64,8 @@ def test_an_outlier_set_range_is_fixed_by_percentile_calibration_with_no_layer_i
         assert screen["percentile"] < screen["minmax"]
         assert t["meta"]["calibration"]["method"] == "percentile"
         assert t["meta"]["float_nodes"] == []
+    md = (out / "report.md").read_text()  # the report says which calibration fixed it
+    assert "| onnx-int8 | — | " in md and "| yes | percentile (minmax " in md
     # the shipped ONNX quantizes the stem's input with the image's range, not the outlier's
     import onnx
     from onnx import numpy_helper
