@@ -64,7 +64,8 @@ def targets_mcu(cc: str | None, cflags: str = "") -> bool:
 def measure(folder: Path, cc: str, cflags: str) -> McuSize:
     """Flash and RAM of the model library in ``folder`` (a generated C folder) built with
     ``cc cflags``. The weights' bytes are ``weights_data.o``'s when a cross build left it
-    in ``folder``, else ES_WEIGHTS_BYTES of model.h (the payload the array holds: what
+    in ``folder`` (one for the same machine as ``cc``'s objects, not a host build's), else
+    ES_WEIGHTS_BYTES of model.h (the payload the array holds: what
     ``inspect`` estimates with before any build)."""
     folder = Path(folder)
     header = (folder / "model.h").read_text()
@@ -73,12 +74,15 @@ def measure(folder: Path, cc: str, cflags: str) -> McuSize:
         objs = [_compile(folder, src, Path(tmp), cc, cflags) for src in sources
                 if src != WEIGHTS_SOURCE]
         weights_o = folder / "weights_data.o"
-        if WEIGHTS_SOURCE in sources and weights_o.is_file():
+        # a host build of the folder leaves an x86 weights_data.o that size cannot read
+        cross_weights = (WEIGHTS_SOURCE in sources and weights_o.is_file() and bool(objs)
+                         and _elf_machine(weights_o) == _elf_machine(objs[0]))
+        if cross_weights:
             objs.append(weights_o)
         sec = sections(size_tool(cc), objs)
         stack = deepest_stack(Path(tmp).glob("*.ci"))
     rodata = sec["rodata"]
-    if not (WEIGHTS_SOURCE in sources and weights_o.is_file()):
+    if not cross_weights:
         rodata += _define(header, "ES_WEIGHTS_BYTES")
     return McuSize(text=sec["text"], rodata=rodata, data=sec["data"], bss=sec["bss"],
                    stack=stack, arena=_define(header, "ES_ARENA_BYTES"))
@@ -178,6 +182,13 @@ def _compile(folder: Path, src: str, out: Path, cc: str, cflags: str) -> Path:
                               f"{p.stderr.strip()[-1000:]}", where=str(folder / src),
                               fix="check cross_cflags in the profile's c target options")
     return obj
+
+
+def _elf_machine(obj: Path) -> bytes:
+    """An object's ELF class, byte order and e_machine (b"" if it is no ELF file)."""
+    with open(obj, "rb") as f:
+        head = f.read(20)
+    return head[4:6] + head[18:20] if head[:4] == b"\x7fELF" else b""
 
 
 def _define(header: str, name: str) -> int:

@@ -94,3 +94,19 @@ def test_inspect_estimates_flash_and_ram_for_cortex_m7_before_any_build():
     assert params <= sec["rodata"] < 1.3 * params + 16 * 1024  # int8, not int16 pairs
     assert est["flash_bytes"] == sec["text"] + sec["rodata"] + sec["data"]
     assert est["ram_bytes"] >= sec["arena"] > 0
+
+
+def test_a_host_build_in_the_folder_does_not_break_the_size_check(geometry_qdq, tmp_path):  # noqa: F811
+    """After `make` on the host (as run.run does), weights_data.o is an x86 object: the
+    check estimates the weights from model.h instead of failing on 'file format not
+    recognized', and gives the cross build's figures to within the array's padding."""
+    from edgesmith.targets import codegen, mcu_size, run
+
+    cross = _m7_folder(geometry_qdq[0], tmp_path / "cross")
+    want = mcu_size.measure(cross, M7_CC, M7_FLAGS)
+    host = tmp_path / "host"
+    codegen.from_onnx(geometry_qdq[0], host, precision="int8", embedded=True,
+                      deploy_cc=M7_CC, deploy_cflags=M7_FLAGS)
+    run.build(host)
+    got = mcu_size.measure(host, M7_CC, M7_FLAGS)
+    assert abs(got.flash - want.flash) <= 64 and got.ram == want.ram
