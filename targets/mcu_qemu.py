@@ -50,7 +50,8 @@ class Board:
 
 
 BOARDS = {"m7": Board(MACHINE, "mps2_an500.ld", "4 MB flash / 4 MB RAM"),
-          "m55": Board("mps3-an547", "mps3_an547.ld", "512 KB ITCM as flash / 4 MB RAM")}
+          "m55": Board("mps3-an547", "mps3_an547.ld",
+                       "512 KB ITCM for code, 8 MB QSPI flash for constants / 4 MB RAM")}
 
 
 def board_for(cc: str, cflags: str) -> Board:
