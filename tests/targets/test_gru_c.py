@@ -172,3 +172,61 @@ def test_gru_with_shorter_sequence_lens_is_refused(tmp_path):
     with pytest.raises(UnsupportedOpError) as e:
         lower(m)
     assert e.value.where == "the_gru" and "sequence_lens [4, 2]" in str(e.value)
+
+
+def test_gru_initial_h_computed_at_run_time_is_read_from_its_buffer(tmp_path):
+    """initial_h from the input (X[0] . M, reshaped to [1, 2, 7]): the kernel reads the
+    activation, not zeros."""
+    rng = np.random.default_rng(4)
+    path = _gru_model(tmp_path / "gru.onnx", 6, lbr=0)
+    m = onnx.load(str(path))
+    m.graph.initializer.extend([
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        numpy_helper.from_array(rng.standard_normal((T_IN, HIDDEN)).astype(np.float32), "M"),
+        numpy_helper.from_array(np.array([1, N_BATCH, HIDDEN], np.int64), "h0_shape")])
+    gru = m.graph.node.pop()
+    m.graph.node.extend([
+        helper.make_node("Gather", ["input", "zero"], ["x0"], name="first_step", axis=0),
+        helper.make_node("MatMul", ["x0", "M"], ["h0_flat"], name="h0_proj"),
+        helper.make_node("Reshape", ["h0_flat", "h0_shape"], ["h0"], name="h0_reshape"), gru])
+    gru.input[:] = [*gru.input[:4], "", "h0"]
+    onnx.save(m, str(path))
+    x = rng.standard_normal((6, N_BATCH, T_IN)).astype(np.float32)
+    y = run.run(generate(path, tmp_path / "c"), x)
+    assert np.abs(y - ort_run(path, x)).max() <= 1e-5
+
+
+def test_kws_gru_allocates_nothing_after_init(kws_onnx, tmp_path):
+    """malloc_count.c preloaded into the host harness: 0 allocations over 20 runs (the GRU
+    scratch is planned in the arena)."""
+    import json
+    import subprocess
+
+    from tests.targets._helpers import HARNESS, compile_harness
+
+    folder = generate(kws_onnx, tmp_path / "c")
+    shim = tmp_path / "malloc_count.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", str(shim),
+                    str(HARNESS / "malloc_count.c")], check=True)
+    h = compile_harness(folder, folder / "harness_noalloc")
+    p = subprocess.run([str(h), "noalloc", "20"], capture_output=True, text=True, cwd=folder,
+                       timeout=300, env={"LD_PRELOAD": str(shim), "PATH": "/usr/bin:/bin"})
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == {"allocations": 0, "runs": 20,
+                                                             "same": 1}
+
+
+def test_kws_gru_cross_built_for_aarch64_matches_onnxruntime_under_qemu(kws_onnx, tmp_path):
+    """Kernels chosen for aarch64 (es_gemm_f32's NEON path under the GRU), run by
+    qemu-aarch64."""
+    from tests.conftest import require_tools
+
+    cc, qemu = "aarch64-linux-gnu-gcc", ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"]
+    require_tools(cc, qemu[0])
+    out = tmp_path / "a64"
+    codegen.from_onnx(kws_onnx, out, deploy_cc=cc, deploy_cflags="-O3")
+    run.build(out, cc=cc, cflags="-O3")
+    x = _kws_x(2, seed=5)
+    y = run.run(out, x, binary=out / "edgesmith_bench", wrapper=qemu)
+    ref = ort_run(kws_onnx, x)
+    assert np.abs(y - ref).max() <= 1e-5 * np.abs(ref).max()
