@@ -23,17 +23,28 @@ subcommand, and hands files over in one folder (``--out``, default
     # install footprint of a route's venv (size, packages, TensorFlow or not, pip check)
     python3 benchmarks/tflite_routes.py footprint /tmp/venv-o2t2
 
-``measure`` prints JSON (one row per model x route x precision) and, with ``--table``, a
-Markdown table on stderr. Models: the zoo's trained checkpoints (examples/zoo/catalog.py,
-``~/.cache/edgesmith/zoo``) plus the cases onnx2tf 1.28 failed on: the conv+GRU net
-(``kws_gru``), the ViT (``vit_small``: exact GELU is ``Erf``) and ``stn_mobilenetv2``: the
-trained MobileNetV2-digits32 behind a fixed spatial-transformer warp (``affine_grid`` +
-``grid_sample``, a 0.9 zoom), so its weights are trained and its top-1 means something.
+The venvs (torch stays the CPU 2.13.0 wheel; onnx2tf 2.x needs Python >= 3.12)::
+
+    python3.11 -m venv /tmp/venv-litert && /tmp/venv-litert/bin/pip install torch==2.13.0 \
+        && /tmp/venv-litert/bin/pip install litert-torch==0.10.0
+    python3.12 -m venv /tmp/venv-o2t2 && /tmp/venv-o2t2/bin/pip install onnx2tf==2.6.9
+    python3.12 -m venv /tmp/venv-o2t2tf \
+        && /tmp/venv-o2t2tf/bin/pip install "onnx2tf[tensorflow]==2.6.9"
+
+``--models a,b`` limits any step to some models (a slow route on a loaded machine: the
+README's figures ran litert-torch and onnx2tf-2-tf on mobilenetv2, vit_small, kws_gru and
+stn_mobilenetv2 only). ``measure`` prints JSON (one row per model x route x precision) and,
+with ``--table``, a Markdown table on stderr. Models: the zoo's trained checkpoints
+(examples/zoo/catalog.py, ``~/.cache/edgesmith/zoo``) plus the cases onnx2tf 1.28 failed
+on: the conv+GRU net (``kws_gru``), the ViT (``vit_small``: exact GELU is ``Erf``) and
+``stn_mobilenetv2``: the trained MobileNetV2-digits32 behind a fixed spatial-transformer
+warp (``affine_grid`` + ``grid_sample``, a 0.9 zoom), so its weights are trained and its
+top-1 means something.
 INT8 is full-integer with float I/O (what ``tflite:int8`` writes by default: onnx2tf's
 ``integer_quant``; litert-torch's PT2E static int8), calibrated on the same samples of the
 zoo's calibration split for every route; nothing is downloaded.
 
-Figures per model x route x precision: status (or the error's last line), conversion wall
+Figures per model x route x precision: status (or why not, one line), conversion wall
 time (the child process: interpreter start, imports and conversion), size, max abs error
 and mean cosine of the logits against torch on the validation samples, top-1 there, the
 INT8 drop against torch's top-1 in points, and LiteRT XNNPACK p50 on one thread: for each
