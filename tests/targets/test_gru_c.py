@@ -185,11 +185,12 @@ def test_gru_initial_h_computed_at_run_time_is_read_from_its_buffer(tmp_path):
         numpy_helper.from_array(rng.standard_normal((T_IN, HIDDEN)).astype(np.float32), "M"),
         numpy_helper.from_array(np.array([1, N_BATCH, HIDDEN], np.int64), "h0_shape")])
     gru = m.graph.node.pop()
+    gru.input[:] = [*gru.input[:4], "", "h0"]  # before extend(), which copies the node
     m.graph.node.extend([
         helper.make_node("Gather", ["input", "zero"], ["x0"], name="first_step", axis=0),
         helper.make_node("MatMul", ["x0", "M"], ["h0_flat"], name="h0_proj"),
         helper.make_node("Reshape", ["h0_flat", "h0_shape"], ["h0"], name="h0_reshape"), gru])
-    gru.input[:] = [*gru.input[:4], "", "h0"]
+    assert list(m.graph.node[-1].input) == ["input", "W", "R", "B", "", "h0"]
     onnx.save(m, str(path))
     x = rng.standard_normal((6, N_BATCH, T_IN)).astype(np.float32)
     y = run.run(generate(path, tmp_path / "c"), x)
