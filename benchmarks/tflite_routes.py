@@ -623,13 +623,22 @@ def main(argv: list[str] | None = None) -> int:
     pf.add_argument("venv", type=Path)
     a = ap.parse_args(argv)
     if a.cmd == "footprint":
+        if not (a.venv / "bin" / "python").is_file():
+            ap.error(f"footprint: {a.venv} is not a venv (no bin/python); make it first "
+                     "(see the module docstring)")
         print(json.dumps(footprint(a.venv), indent=1))
         return 0
     if a.cmd == "_one":
         one(a.dir, a.route, a.precision)
         return 0
     names = [n for n in a.models.split(",") if n]
+    unknown = sorted(set(names) - set(MODELS))
+    if unknown:
+        ap.error(f"--models: no model named {', '.join(unknown)}; choose from {','.join(MODELS)}")
     a.out.mkdir(parents=True, exist_ok=True)
+    if a.cmd != "prepare" and not any((a.out / n / "spec.json").is_file() for n in names):
+        ap.error(f"{a.cmd}: none of {','.join(names)} is prepared in {a.out}; run "
+                 f"`prepare --out {a.out}` in the project's venv first")
     if a.cmd == "prepare":
         prepare(a.out, names, a.calib, a.val)
     elif a.cmd == "convert":

@@ -66,3 +66,12 @@ def test_a_failed_step_onnx2tf_went_past_is_named_with_its_exception(tmp_path):
     assert tflite_routes._last_error(log, 1) == (
         "Full INT8 Quantization tflite output failed. RuntimeError: Select TensorFlow op(s) "
         "are not supported")
+
+
+def test_measuring_an_unprepared_folder_is_a_usage_error_naming_prepare(tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tflite_routes.py"), "measure",
+                        "--out", str(tmp_path), "--models", "kws_gru"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "none of kws_gru is prepared" in r.stderr and "prepare --out" in r.stderr
+    assert r.stdout == ""  # no empty result that reads like a measurement
