@@ -30,6 +30,7 @@ import numpy as np
 
 from edgesmith.errors import ConversionError, DeviceError, EdgesmithError, UsageError
 
+from .int8_input import raw_input
 from .isa import MVE, is_mcu, macros
 from .mcu_size import library_sources
 
@@ -100,13 +101,14 @@ def build_image(folder: Path, out: Path, cc: str = CC, cflags: str = CFLAGS) -> 
 
 def run_image(elf: Path, x: np.ndarray, out_elems: int, timeout: float = 120,
               machine: str = MACHINE) -> np.ndarray:
-    """One run of ``elf`` in QEMU's ``machine`` on ``x`` (float32, the model's input 0)
+    """One run of ``elf`` in QEMU's ``machine`` on ``x`` (the model's input 0 as raw
+    bytes: float32, or int8 for an ``input: int8`` model; see int8_input.raw_input)
     -> output 0."""
     if shutil.which(QEMU) is None:
         raise UsageError(f"{QEMU} is not on this machine's PATH", where="mcu_qemu",
                          fix=INSTALL_FIX)
     with tempfile.TemporaryDirectory(prefix="es_qemu_") as tmp:
-        np.ascontiguousarray(x, dtype="<f4").tofile(Path(tmp) / "input.raw")
+        np.ascontiguousarray(x).tofile(Path(tmp) / "input.raw")
         cmd = [QEMU, "-M", machine, "-nographic", "-monitor", "none", "-serial", "none",
                "-semihosting-config", "enable=on,target=native",
                "-kernel", str(Path(elf).resolve())]
@@ -147,8 +149,8 @@ def run(folder: Path, x: np.ndarray, *, work: Path | None = None,
     with tempfile.TemporaryDirectory(prefix="es_mcu_img_", dir=work) as tmp:
         elf = build_image(Path(folder), Path(tmp) / "model.elf", cflags=cflags)
         machine = board_for(CC, cflags).machine
-        outs = [run_image(elf, s, int(np.prod(oshape)), machine=machine).reshape(oshape)
-                for s in samples]
+        outs = [run_image(elf, raw_input(folder, s), int(np.prod(oshape)),
+                          machine=machine).reshape(oshape) for s in samples]
     return np.concatenate(outs, axis=0)
 
 

@@ -30,6 +30,25 @@ def test_digits_cnn_on_emulated_cortex_m7_equals_host_bit_for_bit(digits_qdq, di
     assert len(set(on_mcu.argmax(1))) > 1
 
 
+def test_int8_input_model_on_emulated_cortex_m7_equals_float_input_host(digits_qdq,
+                                                                         digits_splits,
+                                                                         tmp_path):
+    """C option input: int8 (as a camera hands over 8-bit pixels): the image reads int8
+    bytes, not float32, and gives the float-input host model's output bit for bit."""
+    from edgesmith.targets import codegen, isa, mcu_qemu, run
+    from edgesmith.targets.int8_input import fold_input_quantize
+    from edgesmith.targets.ir import lower
+    from edgesmith.targets.planner import plan
+    from tests.targets.test_mcu_kernels import M7_CC, M7_FLAGS
+
+    g = fold_input_quantize(lower(digits_qdq, "int8", isa.macros(M7_CC, M7_FLAGS)))
+    folder = tmp_path / "m7_i8in"
+    codegen.generate(g, plan(g), folder, embedded=True)
+    x = digits_splits.val_x[:4]
+    host = run.run(generate_for(digits_qdq, tmp_path / "m7"), x)
+    np.testing.assert_array_equal(mcu_qemu.run(folder, x), host)
+
+
 def test_odd_conv_geometries_on_emulated_cortex_m7_equal_reference_kernels(geometry_qdq,  # noqa: F811
                                                                            tmp_path):
     from edgesmith.targets import mcu_qemu, run

@@ -1,6 +1,7 @@
 /* main of the bare-metal check image: one inference of the generated model on a Cortex-M.
  *
- * Reads input.raw (the model's input 0, raw float32 little-endian) from the directory
+ * Reads input.raw (the model's input 0 as es_input takes it: raw float32 little-endian,
+ * or int8 for a model built with the C option input: int8) from the directory
  * QEMU runs in through semihosting, runs the model from its static arena with the weights
  * compiled into flash, writes output 0 to output.raw and prints one JSON line with the
  * plan's figures. Any failure prints what went wrong and returns non-zero, which QEMU
@@ -10,7 +11,9 @@
 #include "model.h"
 
 static unsigned char es_arena[ES_ARENA_BYTES] __attribute__((aligned(ES_ARENA_ALIGN)));
-static float es_in[ES_INPUT0_ELEMS], es_out[ES_OUTPUT0_ELEMS];
+/* ES_INPUT0_BYTES, not ELEMS floats: an int8-input model takes one byte per value */
+static unsigned char es_in[ES_INPUT0_BYTES] __attribute__((aligned(4)));
+static float es_out[ES_OUTPUT0_ELEMS];
 
 static int fail(const char *what, const char *detail) {
     printf("{\"ok\": 0, \"error\": \"%s: %s\"}\n", what, detail);
