@@ -298,12 +298,19 @@ def last_step(log_path: Path) -> str:
 
 
 def last_error(log_path: Path) -> str:
-    """The most telling line of a failed run: the last exception line, else the last line."""
-    lines = [ln.strip() for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()]
-    for ln in reversed(lines):
-        if "Error" in ln or "error" in ln or "Exception" in ln:
-            return strip_ansi(ln)[:300]
-    return strip_ansi(lines[-1])[:300] if lines else "(no output)"
+    """The most telling line of a failed run: onnx2tf's own diagnosis when it logged one
+    ("ERROR: The current implementation of GridSample supports only ..."), else the last
+    exception raised, else the last line. Matching any line with "error" in it quoted
+    TensorFlow's start-up notice about oneDNN "round-off errors" instead of the cause."""
+    lines = [strip_ansi(ln).strip() for ln in log_path.read_text(errors="replace").splitlines()]
+    lines = [ln for ln in lines if ln]
+    said = [ln for ln in lines if ln.startswith("ERROR: ") and "trace log" not in ln]
+    if said:
+        return said[0][len("ERROR: "):][:300]
+    raised = [ln for ln in lines if re.match(r"^[\w.]+(Error|Exception)(: |$)", ln)]
+    if raised:
+        return raised[-1][:300]
+    return lines[-1][:300] if lines else "(no output)"
 
 
 def strip_ansi(s: str) -> str:
