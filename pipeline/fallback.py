@@ -240,11 +240,9 @@ class Fallback:
                 how: str) -> stages.TargetResult:
         if not self.ranking():
             return _annotated(r, self._record(r, None, [], 0), "no quantized layer to rank")
-        start, _ = self.screened()
         tried = 0
         best: stages.TargetResult | None = None
-        if how != "static_qdq":  # formats that calibrate themselves: zero layers = plain
-            start = max(start, 1)
+        if how != "static_qdq":  # its own ranges first: the layer screen costs a QDQ per count
             alt = self._own_alt_calibration(r)
             if alt is not None:
                 tried, got = 1, self._try(r, options, {**ctx_args, "calib": alt}, how, 0)
@@ -255,6 +253,9 @@ class Fallback:
                     self._own_ranges[r.spec.name]["kept"] = True
                 if got.status == "ok" and _within(got.validation, self.setup.budget_pt):
                     return self._adopt(r, got, 0, tried)
+        start, _ = self.screened()
+        if how != "static_qdq":  # formats that calibrate themselves: zero layers = plain
+            start = max(start, 1)
         for k in range(start, self.cap() + 1):
             tried += 1
             got = self._try(r, options, ctx_args, how, k)
@@ -326,7 +327,7 @@ class Fallback:
     def _record(self, r: stages.TargetResult, got: stages.TargetResult | None,
                 layers: list[str], tried: int) -> dict[str, Any]:
         """The manifest's ``fallback`` of one target."""
-        start, steps = self.screened() if self.ranking() else (0, [])
+        start, steps = self._screen or (0, [])  # not run when own ranges sufficed
         applied = got is not None and got.status == "ok" and _within(got.validation,
                                                                       self.setup.budget_pt)
         return {
