@@ -7,31 +7,13 @@
 #include <math.h>
 
 #include "../edgesmith_rt.h"
+#include "../es_act.h"
 
-/* the fused activation of one value, as written in edgesmith_rt.h: the oracle of the fast
- * kernels' vector epilogues (which compute e^-v by a polynomial, not expf) */
-static float act_ref(float v, int act, float a0, float a1) {
-    float t;
-    switch (act) {
-    case ES_ACT_RELU: return v > 0.0f ? v : 0.0f;
-    case ES_ACT_CLIP: return v < a0 ? a0 : (v > a1 ? a1 : v);
-    case ES_ACT_LEAKY: return v >= 0.0f ? v : v * a0;
-    case ES_ACT_HARDSWISH:
-        t = v / 6.0f + 0.5f;
-        return v * (t < 0.0f ? 0.0f : (t > 1.0f ? 1.0f : t));
-    case ES_ACT_SIGMOID: return 1.0f / (1.0f + expf(-v));
-    case ES_ACT_SILU: return v / (1.0f + expf(-v));
-    case ES_ACT_HARDSIGMOID:
-        t = a0 * v + a1;
-        return t < 0.0f ? 0.0f : (t > 1.0f ? 1.0f : t);
-    default: return v;
-    }
-}
 
 static void act_plane(float *y, int n, int act, float a0, float a1) {
     int i;
     if (act == ES_ACT_NONE) return;
-    for (i = 0; i < n; ++i) y[i] = act_ref(y[i], act, a0, a1);
+    for (i = 0; i < n; ++i) y[i] = es_act_f32(y[i], act, a0, a1);
 }
 
 /* output columns [lo, hi) for which input column ow*SW - PL + kw*DW is inside [0, W) */

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../edgesmith_rt.h"
+#include "../es_act.h"
 
 #if (defined(__AVX2__) && defined(__FMA__)) || defined(__AVX512F__)
 #include <immintrin.h>
@@ -26,28 +27,11 @@
 /* ---- fused activations -------------------------------------------------------------------
  * Every kernel here applies its ES_ACT_* in registers on the way out, so a HardSwish,
  * Sigmoid, SiLU (Mul(x, Sigmoid(x))) or HardSigmoid after a conv costs no pass over memory
- * (MobileNetV3, EfficientNet). act1 is the scalar form (expf); the vector forms compute
- * e^z, z = -|v| <= 0, as 2^n e^r with n = round(z log2 e), r = z - n ln 2 (ln 2 in two
+ * (MobileNetV3, EfficientNet). es_act_f32 (es_act.h) is the scalar form (expf); the
+ * vector forms compute e^z, z = -|v| <= 0, as 2^n e^r with n = round(z log2 e), r = z - n ln 2 (ln 2 in two
  * parts, so r is exact) and e^r by Cephes expf's degree-5 polynomial on |r| <= ln 2 / 2
  * (relative error ~1e-7); then sigmoid(v) = 1 / (1 + e) for v >= 0, e / (1 + e) below, so
  * nothing overflows. z is clamped at -87, where e^z is ~1e-38 and sigmoid has saturated. */
-static inline float act1(float v, int act, float a0, float a1) {
-    float t;
-    switch (act) {
-    case ES_ACT_RELU: return v > 0.0f ? v : 0.0f;
-    case ES_ACT_CLIP: return v < a0 ? a0 : (v > a1 ? a1 : v);
-    case ES_ACT_LEAKY: return v >= 0.0f ? v : v * a0;
-    case ES_ACT_HARDSWISH:
-        t = v * (1.0f / 6.0f) + 0.5f;
-        return v * (t < 0.0f ? 0.0f : (t > 1.0f ? 1.0f : t));
-    case ES_ACT_SIGMOID: return 1.0f / (1.0f + expf(-v));
-    case ES_ACT_SILU: return v / (1.0f + expf(-v));
-    case ES_ACT_HARDSIGMOID:
-        t = a0 * v + a1;
-        return t < 0.0f ? 0.0f : (t > 1.0f ? 1.0f : t);
-    default: return v;
-    }
-}
 
 #define ES_EXP_LO (-87.0f)
 #define ES_LOG2E 1.44269504088896341f
@@ -156,7 +140,7 @@ static __m256 act256v(__m256 v, int act, float a0, float a1) {
 static void act_row(float *d, const float *e, int n, int act, float a0, float a1) {
     int i;
     for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, act256v(_mm256_loadu_ps(e + i), act, a0, a1));
-    for (; i < n; ++i) d[i] = act1(e[i], act, a0, a1);
+    for (; i < n; ++i) d[i] = es_act_f32(e[i], act, a0, a1);
 }
 #elif defined(__ARM_NEON) && defined(__aarch64__)
 static float32x4_t sigmoid_neon(float32x4_t v, int silu) {
@@ -198,12 +182,12 @@ static float32x4_t act_neonv(float32x4_t v, int act, float a0, float a1) {
 static void act_row(float *d, const float *e, int n, int act, float a0, float a1) {
     int i;
     for (i = 0; i + 4 <= n; i += 4) vst1q_f32(d + i, act_neonv(vld1q_f32(e + i), act, a0, a1));
-    for (; i < n; ++i) d[i] = act1(e[i], act, a0, a1);
+    for (; i < n; ++i) d[i] = es_act_f32(e[i], act, a0, a1);
 }
 #else
 static void act_row(float *d, const float *e, int n, int act, float a0, float a1) {
     int i;
-    for (i = 0; i < n; ++i) d[i] = act1(e[i], act, a0, a1);
+    for (i = 0; i < n; ++i) d[i] = es_act_f32(e[i], act, a0, a1);
 }
 #endif
 
@@ -404,7 +388,7 @@ static void mk_f32_block(const float *col, const int32_t *off, int K, const floa
             for (j = 0; j < ES_F32_TP; ++j) s[r][j] += wk[r] * cp[j];
     }
     for (r = 0; r < nr; ++r)
-        for (j = 0; j < nj; ++j) y[(size_t)r * ldy + j] = act1(s[r][j], p->act, p->a0, p->a1);
+        for (j = 0; j < nj; ++j) y[(size_t)r * ldy + j] = es_act_f32(s[r][j], p->act, p->a0, p->a1);
 }
 #endif
 

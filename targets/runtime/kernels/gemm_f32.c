@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "../edgesmith_rt.h"
+#include "../es_act.h"
 
 #if (defined(__AVX2__) && defined(__FMA__)) || defined(__AVX512F__)
 #include <immintrin.h>
@@ -15,27 +16,10 @@
 #include <arm_neon.h>
 #endif
 
-/* the fused activation (edgesmith_rt.h ES_ACT_*), one value: a dense layer has few
- * outputs per input row, so the scalar form costs nothing next to its weights */
-static float act1(float v, int act, float a0, float a1) {
-    float t;
-    switch (act) {
-    case ES_ACT_RELU: return v > 0.0f ? v : 0.0f;
-    case ES_ACT_CLIP: return v < a0 ? a0 : (v > a1 ? a1 : v);
-    case ES_ACT_LEAKY: return v >= 0.0f ? v : v * a0;
-    case ES_ACT_HARDSWISH:
-        t = v / 6.0f + 0.5f;
-        return v * (t < 0.0f ? 0.0f : (t > 1.0f ? 1.0f : t));
-    case ES_ACT_SIGMOID: return 1.0f / (1.0f + expf(-v));
-    case ES_ACT_SILU: return v / (1.0f + expf(-v));
-    case ES_ACT_HARDSIGMOID:
-        t = a0 * v + a1;
-        return t < 0.0f ? 0.0f : (t > 1.0f ? 1.0f : t);
-    default: return v;
-    }
-}
 
-static float act_f32(float v, const es_gemm_params *p) { return act1(v, p->act, p->a0, p->a1); }
+/* the fused activation, one value (es_act.h): a dense layer has few outputs per input
+ * row, so the scalar form costs nothing next to its weights */
+static float act_f32(float v, const es_gemm_params *p) { return es_act_f32(v, p->act, p->a0, p->a1); }
 
 /* s[r] = x . w_r over K, r < 4 */
 static void dot4(const float *x, const float *const w[4], int K, float s[4]) {
@@ -115,7 +99,7 @@ void es_gemm_f32_ref(const float *x, const float *w, const float *b, float *y,
             }
             for (; k < K; ++k) s0 += xr[k] * wr[k];
             v = b[j] + ((s0 + s1) + (s2 + s3));
-            y[(size_t)i * N + j] = act1(v, act, a0, a1);
+            y[(size_t)i * N + j] = es_act_f32(v, act, a0, a1);
         }
     }
 }
