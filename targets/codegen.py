@@ -35,8 +35,8 @@ from .tiling_c import tiled_case
 from .tiling_search import apply as tiling_pass
 
 RUNTIME = Path(__file__).parent / "runtime"
-CORE_SOURCES = ["edgesmith_rt.h", "es_simd.h", "es_act.h", "es_runtime.c", "es_model.c", "es_power.h",
-                "es_power.c", "bench_main.c", "es_detect.h", "es_detect.c"]
+CORE_SOURCES = ["edgesmith_rt.h", "es_simd.h", "es_act.h", "es_runtime.c", "es_model.c",
+                "es_power.h", "es_power.c", "bench_main.c", "es_detect.h", "es_detect.c"]
 # copied, and compiled into the model library, when the profile declares preprocessing
 PREPROCESS_SOURCES = ["es_preprocess.h", "es_preprocess.c"]
 # the worker pool, when options: {threads: N > 1} (threads.py)
@@ -177,6 +177,9 @@ class _Writer:
         self.names = buffer_names(g)
         self.params: list[str] = []
         self._pnames: set[str] = set()
+        # (step, block text) -> its name: a step that makes one call per row (a dense layer
+        # over a ViT's 65 tokens) passes the same block each time, written once
+        self._blocks: dict[tuple[str, str], str] = {}
 
     def ptr(self, r: Ref, step: int) -> str:
         if r.name.startswith("__scratch"):
@@ -202,10 +205,13 @@ class _Writer:
         if isinstance(a, Ref):
             return self.ptr(a, step)
         if isinstance(a, dict):
-            pname = self.param_name(step_name, step)
-            self.params.append(f"static const {a['__struct__']} {pname} = {{\n"
-                               + _wrap(_fields(a), "    ", ",", 92) + "\n};")
-            return "&" + pname
+            body = _wrap(_fields(a), "    ", ",", 92)
+            key = (step_name, f"{a['__struct__']} {body}")
+            if key not in self._blocks:
+                pname = self._blocks[key] = self.param_name(step_name, step)
+                self.params.append(f"static const {a['__struct__']} {pname} = {{\n"
+                                   + body + "\n};")
+            return "&" + self._blocks[key]
         if isinstance(a, bool):
             return str(int(a))
         if isinstance(a, (int, np.integer)):
