@@ -47,7 +47,7 @@ def _geo(case) -> dict:
 
 def _build(cc: str, flags: list[str], out: Path) -> Path:
     subprocess.run([cc, *flags, "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{RT}", str(CHECK),
-                    str(RT / "kernels/conv_f32.c"), str(RT / "kernels/conv_f32_fast.c"), "-o",
+                    str(RT / "kernels/conv_f32.c"), str(RT / "kernels/dwconv_f32.c"), "-o",
                     str(out), "-lm"], check=True)
     return out
 

@@ -1,0 +1,185 @@
+/* The fused activations (ES_ACT_*) in vector registers, for the fp32 fast kernels'
+ * epilogues (conv_f32_fast.c's GEMM, dwconv_f32.c's depthwise): one copy of the
+ * polynomial sigmoid and of act_row, whichever ISA the compiler targets. es_act.h's
+ * es_act_f32 is the scalar form and the oracle; the vector forms are static inline so a
+ * kernel file that uses only some of them compiles clean under -Wall -Werror. */
+#ifndef ES_ACT_SIMD_H
+#define ES_ACT_SIMD_H
+
+#include "edgesmith_rt.h"
+#include "es_act.h"
+
+#if (defined(__AVX2__) && defined(__FMA__)) || defined(__AVX512F__)
+#include <immintrin.h>
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+#include <arm_neon.h>
+#endif
+
+/* ---- fused activations -------------------------------------------------------------------
+ * Every kernel here applies its ES_ACT_* in registers on the way out, so a HardSwish,
+ * Sigmoid, SiLU (Mul(x, Sigmoid(x))) or HardSigmoid after a conv costs no pass over memory
+ * (MobileNetV3, EfficientNet). es_act_f32 (es_act.h) is the scalar form (expf); the
+ * vector forms compute e^z, z = -|v| <= 0, as 2^n e^r with n = round(z log2 e), r = z - n ln 2 (ln 2 in two
+ * parts, so r is exact) and e^r by Cephes expf's degree-5 polynomial on |r| <= ln 2 / 2
+ * (relative error ~1e-7); then sigmoid(v) = 1 / (1 + e) for v >= 0, e / (1 + e) below, so
+ * nothing overflows. z is clamped at -87, where e^z is ~1e-38 and sigmoid has saturated. */
+
+#define ES_EXP_LO (-87.0f)
+#define ES_LOG2E 1.44269504088896341f
+#define ES_LN2_HI 0.693359375f
+#define ES_LN2_LO (-2.12194440e-4f)
+#define ES_EXP_P0 1.9875691500e-4f
+#define ES_EXP_P1 1.3981999507e-3f
+#define ES_EXP_P2 8.3334519073e-3f
+#define ES_EXP_P3 4.1665795894e-2f
+#define ES_EXP_P4 1.6666665459e-1f
+#define ES_EXP_P5 5.0000001201e-1f
+
+#if defined(__AVX512F__)
+/* sigmoid of 16 lanes; silu: times v */
+static inline __m512 sigmoid512(__m512 v, int silu) {
+    const __m512 z = _mm512_max_ps(_mm512_min_ps(v, _mm512_sub_ps(_mm512_setzero_ps(), v)),
+                                   _mm512_set1_ps(ES_EXP_LO)); /* -|v| */
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(z, _mm512_set1_ps(ES_LOG2E)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(ES_LN2_LO),
+                                      _mm512_fnmadd_ps(n, _mm512_set1_ps(ES_LN2_HI), z));
+    __m512 q = _mm512_set1_ps(ES_EXP_P0), e, t;
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(ES_EXP_P1));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(ES_EXP_P2));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(ES_EXP_P3));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(ES_EXP_P4));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(ES_EXP_P5));
+    e = _mm512_scalef_ps(_mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(q, r), r, r),
+                                       _mm512_set1_ps(1.0f)), n); /* e^z */
+    t = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(e, _mm512_set1_ps(1.0f)));
+    t = _mm512_mask_mul_ps(t, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), t, e);
+    return silu ? _mm512_mul_ps(t, v) : t;
+}
+
+static inline __m512 act512v(__m512 v, int act, float a0, float a1) {
+    const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+    switch (act) {
+    case ES_ACT_RELU: return _mm512_max_ps(v, zero);
+    case ES_ACT_CLIP: return _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(a0)), _mm512_set1_ps(a1));
+    case ES_ACT_LEAKY:
+        return _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v, _mm512_set1_ps(a0));
+    case ES_ACT_HARDSWISH:
+        return _mm512_mul_ps(v, _mm512_min_ps(_mm512_max_ps(_mm512_fmadd_ps(
+            v, _mm512_set1_ps(1.0f / 6.0f), _mm512_set1_ps(0.5f)), zero), one));
+    case ES_ACT_SIGMOID: return sigmoid512(v, 0);
+    case ES_ACT_SILU: return sigmoid512(v, 1);
+    case ES_ACT_HARDSIGMOID:
+        return _mm512_min_ps(_mm512_max_ps(_mm512_fmadd_ps(v, _mm512_set1_ps(a0),
+                                                           _mm512_set1_ps(a1)), zero), one);
+    default: return v;
+    }
+}
+
+/* d[i] = act(e[i]) for i < n (d may be e) */
+static inline void act_row(float *d, const float *e, int n, int act, float a0, float a1) {
+    int i;
+    for (i = 0; i < n; i += 16) {
+        const __mmask16 k = (__mmask16)(n - i >= 16 ? 0xFFFFu : (1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(d + i, k, act512v(_mm512_maskz_loadu_ps(k, e + i), act, a0, a1));
+    }
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+static inline __m256 sigmoid256(__m256 v, int silu) {
+    const __m256 z = _mm256_max_ps(_mm256_min_ps(v, _mm256_sub_ps(_mm256_setzero_ps(), v)),
+                                   _mm256_set1_ps(ES_EXP_LO));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(z, _mm256_set1_ps(ES_LOG2E)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(ES_LN2_LO),
+                                      _mm256_fnmadd_ps(n, _mm256_set1_ps(ES_LN2_HI), z));
+    const __m256 two_n = _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+    __m256 q = _mm256_set1_ps(ES_EXP_P0), e, t;
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(ES_EXP_P1));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(ES_EXP_P2));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(ES_EXP_P3));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(ES_EXP_P4));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(ES_EXP_P5));
+    e = _mm256_mul_ps(_mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(q, r), r, r),
+                                    _mm256_set1_ps(1.0f)), two_n);
+    t = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f)));
+    t = _mm256_blendv_ps(t, _mm256_mul_ps(t, e),
+                         _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ));
+    return silu ? _mm256_mul_ps(t, v) : t;
+}
+
+static inline __m256 act256v(__m256 v, int act, float a0, float a1) {
+    const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+    switch (act) {
+    case ES_ACT_RELU: return _mm256_max_ps(v, zero);
+    case ES_ACT_CLIP: return _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(a0)), _mm256_set1_ps(a1));
+    case ES_ACT_LEAKY:
+        return _mm256_blendv_ps(v, _mm256_mul_ps(v, _mm256_set1_ps(a0)),
+                                _mm256_cmp_ps(v, zero, _CMP_LT_OQ));
+    case ES_ACT_HARDSWISH:
+        return _mm256_mul_ps(v, _mm256_min_ps(_mm256_max_ps(_mm256_fmadd_ps(
+            v, _mm256_set1_ps(1.0f / 6.0f), _mm256_set1_ps(0.5f)), zero), one));
+    case ES_ACT_SIGMOID: return sigmoid256(v, 0);
+    case ES_ACT_SILU: return sigmoid256(v, 1);
+    case ES_ACT_HARDSIGMOID:
+        return _mm256_min_ps(_mm256_max_ps(_mm256_fmadd_ps(v, _mm256_set1_ps(a0),
+                                                           _mm256_set1_ps(a1)), zero), one);
+    default: return v;
+    }
+}
+
+static inline void act_row(float *d, const float *e, int n, int act, float a0, float a1) {
+    int i;
+    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, act256v(_mm256_loadu_ps(e + i), act, a0, a1));
+    for (; i < n; ++i) d[i] = es_act_f32(e[i], act, a0, a1);
+}
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+static inline float32x4_t sigmoid_neon(float32x4_t v, int silu) {
+    const float32x4_t z = vmaxq_f32(vnegq_f32(vabsq_f32(v)), vdupq_n_f32(ES_EXP_LO));
+    const float32x4_t n = vrndnq_f32(vmulq_n_f32(z, ES_LOG2E));
+    const float32x4_t r = vfmsq_f32(vfmsq_f32(z, n, vdupq_n_f32(ES_LN2_HI)), n,
+                                    vdupq_n_f32(ES_LN2_LO));
+    const float32x4_t two_n = vreinterpretq_f32_s32(
+        vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23));
+    float32x4_t q = vdupq_n_f32(ES_EXP_P0), e, t;
+    q = vfmaq_f32(vdupq_n_f32(ES_EXP_P1), q, r);
+    q = vfmaq_f32(vdupq_n_f32(ES_EXP_P2), q, r);
+    q = vfmaq_f32(vdupq_n_f32(ES_EXP_P3), q, r);
+    q = vfmaq_f32(vdupq_n_f32(ES_EXP_P4), q, r);
+    q = vfmaq_f32(vdupq_n_f32(ES_EXP_P5), q, r);
+    e = vmulq_f32(vaddq_f32(vfmaq_f32(r, vmulq_f32(q, r), r), vdupq_n_f32(1.0f)), two_n);
+    t = vdivq_f32(vdupq_n_f32(1.0f), vaddq_f32(e, vdupq_n_f32(1.0f)));
+    t = vbslq_f32(vcltq_f32(v, vdupq_n_f32(0.0f)), vmulq_f32(t, e), t);
+    return silu ? vmulq_f32(t, v) : t;
+}
+
+static inline float32x4_t act_neonv(float32x4_t v, int act, float a0, float a1) {
+    const float32x4_t zero = vdupq_n_f32(0.0f), one = vdupq_n_f32(1.0f);
+    switch (act) {
+    case ES_ACT_RELU: return vmaxq_f32(v, zero);
+    case ES_ACT_CLIP: return vminq_f32(vmaxq_f32(v, vdupq_n_f32(a0)), vdupq_n_f32(a1));
+    case ES_ACT_LEAKY: return vbslq_f32(vcltq_f32(v, zero), vmulq_n_f32(v, a0), v);
+    case ES_ACT_HARDSWISH:
+        return vmulq_f32(v, vminq_f32(vmaxq_f32(vfmaq_n_f32(vdupq_n_f32(0.5f), v, 1.0f / 6.0f),
+                                                zero), one));
+    case ES_ACT_SIGMOID: return sigmoid_neon(v, 0);
+    case ES_ACT_SILU: return sigmoid_neon(v, 1);
+    case ES_ACT_HARDSIGMOID:
+        return vminq_f32(vmaxq_f32(vfmaq_n_f32(vdupq_n_f32(a1), v, a0), zero), one);
+    default: return v;
+    }
+}
+
+static inline void act_row(float *d, const float *e, int n, int act, float a0, float a1) {
+    int i;
+    for (i = 0; i + 4 <= n; i += 4) vst1q_f32(d + i, act_neonv(vld1q_f32(e + i), act, a0, a1));
+    for (; i < n; ++i) d[i] = es_act_f32(e[i], act, a0, a1);
+}
+#else
+static inline void act_row(float *d, const float *e, int n, int act, float a0, float a1) {
+    int i;
+    for (i = 0; i < n; ++i) d[i] = es_act_f32(e[i], act, a0, a1);
+}
+#endif
+
+#endif
