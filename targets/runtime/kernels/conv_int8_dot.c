@@ -357,6 +357,9 @@ static inline void put_f32(const dot_block *b, dot_dest d, __m512i acc, int8_t *
  * es_requant's; this takes 30 instructions per four rows where put_f32 takes 36. Tiles that
  * are not whole (stride-2 walks: rows split into segments) go row by row, which is faster
  * there than extracting each row from the packed vector. */
+#if defined(__GNUC__)
+__attribute__((always_inline)) /* called out of line, its eight vectors went through the stack */
+#endif
 static inline void put4_f32(const dot_block *b, dot_dest d, __m512i r0, __m512i r1, __m512i r2,
                             __m512i r3, int8_t *ym, size_t P, const float *sc,
                             const dot_out *o) {
@@ -787,9 +790,16 @@ static void stem_rows(const int8_t *x, int8_t *rows, int8_t *rowbuf, int Hp, int
                     _mm256_storeu_si256((__m256i *)(odd + q),
                                         _mm512_cvtepi16_epi8(_mm512_srli_epi16(v, 8)));
                 }
-                for (; q < Wq; ++q) {
-                    even[q] = 2 * q < Wp ? rowbuf[2 * q] : pad;
-                    odd[q] = 2 * q + 1 < Wp ? rowbuf[2 * q + 1] : pad;
+                if (q < Wq) { /* the last Wq - q <= 32 columns, under masks: bytes past Wp
+                                 read as pad, nothing stored past Wq */
+                    const int nb = Wp - 2 * q, nw = Wq - q;
+                    const __mmask64 kb = nb >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << nb) - 1;
+                    const __mmask32 kw = nw >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << nw) - 1;
+                    const __m512i v =
+                        _mm512_mask_loadu_epi8(_mm512_set1_epi8(pad), kb, rowbuf + 2 * q);
+                    _mm256_mask_storeu_epi8(even + q, kw, _mm512_cvtepi16_epi8(v));
+                    _mm256_mask_storeu_epi8(odd + q, kw,
+                                            _mm512_cvtepi16_epi8(_mm512_srli_epi16(v, 8)));
                 }
                 continue;
             }
@@ -805,26 +815,34 @@ static void stem_rows(const int8_t *x, int8_t *rows, int8_t *rowbuf, int Hp, int
 }
 
 
-/* one row of the im2col block: word (k4, j) holds taps 4*k4 .. 4*k4 + 3 of output column j
- * (+128); taps past K repeat tap 0 (their weights are zero) */
-static void stem_col_row(uint32_t *col, int NP, const int8_t *rows, int oh, int Hp, int S,
-                         int Wq, int K4, const es_conv_params *p) {
-    const int KK = p->KH * p->KW, K = p->C * KK;
+/* nr rows of the im2col block, from output row oh0: word (k4, r * OW + j) holds taps
+ * 4*k4 .. 4*k4 + 3 of output column j of row oh0 + r (+128); taps past K repeat tap 0 (their
+ * weights are zero). A tap's offset in rows does not depend on the output row, so each quad
+ * of taps is located once (divisions) and then read for every row of the block. */
+static void stem_col_rows(uint32_t *col, int NP, const int8_t *rows, int oh0, int nr, int Hp,
+                          int S, int Wq, int K4, const es_conv_params *p) {
+    const int KK = p->KH * p->KW, K = p->C * KK, OW = p->OW;
+    const size_t row_step = (size_t)p->SH * S * Wq; /* bytes from one output row's taps to
+                                                       the next one's */
     const int8_t *src[4];
-    int k4, i;
+    int k4, i, r;
     for (k4 = 0; k4 < K4; ++k4) {
+        uint32_t *dst = col + (size_t)k4 * NP;
         for (i = 0; i < 4; ++i) {
             const int t = 4 * k4 + i < K ? 4 * k4 + i : 0;
             const int c = t / KK, kh = t % KK / p->KW, kw = t % p->KW;
-            const int r = oh * p->SH + kh * p->DH, cw = kw * p->DW;
-            src[i] = rows + (((size_t)c * Hp + r) * S + (size_t)(cw % S)) * Wq + cw / S;
+            const int rr = oh0 * p->SH + kh * p->DH, cw = kw * p->DW;
+            src[i] = rows + (((size_t)c * Hp + rr) * S + (size_t)(cw % S)) * Wq + cw / S;
         }
+        for (r = 0; r < nr; ++r, dst += OW) {
+            const size_t o = (size_t)r * row_step;
 #if defined(ES_DOT_VNNI)
-        quads_row_masked(col + (size_t)k4 * NP, (size_t)p->OW, src[0], src[1], src[2], src[3]);
+            quads_row_masked(dst, (size_t)OW, src[0] + o, src[1] + o, src[2] + o, src[3] + o);
 #else
-        quads_row(col + (size_t)k4 * NP, (size_t)p->OW, src[0], src[1], src[2], src[3],
-                  0xffffffffu, 0);
+            quads_row(dst, (size_t)OW, src[0] + o, src[1] + o, src[2] + o, src[3] + o,
+                      0xffffffffu, 0);
 #endif
+        }
     }
 }
 
@@ -839,7 +857,7 @@ void es_conv2d_i8_stem(const int8_t *x, const int8_t *w8, const int32_t *bias_u8
     int8_t *rows = (int8_t *)(col + (size_t)K4 * NP);
     int8_t *rowbuf = rows + (size_t)p->C * Hp * S * Wq;
     size_t tap0 = 0;
-    int oh0, r, v0, m0;
+    int oh0, v0, m0;
     dot_block a;
     stem_rows(x, rows, rowbuf, Hp, Wp, S, Wq, p);
     /* lanes past a block's pixels are computed and never stored; zeroed once so that they
@@ -858,8 +876,7 @@ void es_conv2d_i8_stem(const int8_t *x, const int8_t *w8, const int32_t *bias_u8
      * over them flattened, in pairs, whatever the row length */
     for (oh0 = 0; oh0 < p->OH; oh0 += R) {
         const int nr = p->OH - oh0 < R ? p->OH - oh0 : R, n = nr * OW;
-        for (r = 0; r < nr; ++r)
-            stem_col_row(col + (size_t)r * OW, NP, rows, oh0 + r, Hp, S, Wq, K4, p);
+        stem_col_rows(col, NP, rows, oh0, nr, Hp, S, Wq, K4, p);
         for (v0 = 0; v0 < n; v0 += 2 * TP) { /* tiles in pairs where there are two */
             dot_block b;
             a.base = (const uint8_t *)(col + v0);
