@@ -46,7 +46,8 @@ def _conv_add(n: int):
 def _conv_f32(n: int):
     from tests.targets.test_f32_fast import _cases
 
-    return "conv_f32_check.c", ["conv_f32.c", "conv_f32_fast.c", "dwconv_f32.c"], list(_cases(n, seed=13))
+    return ("conv_f32_check.c", ["conv_f32.c", "conv_f32_fast.c", "dwconv_f32.c"],
+            list(_cases(n, seed=13)))
 
 
 def _gemm_f32(_n: int):

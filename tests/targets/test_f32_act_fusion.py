@@ -47,8 +47,8 @@ def test_fused_activations_in_fast_f32_kernels_match_reference(name, cc, flags, 
     b = tmp_path / f"check_{name}"
     subprocess.run([cc, *flags, "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{RT}",
                     str(CHECK), str(RT / "kernels/conv_f32.c"),
-                    str(RT / "kernels/conv_f32_fast.c"), str(RT / "kernels/dwconv_f32.c"), "-o", str(b),
-                    "-lm"], check=True)
+                    str(RT / "kernels/conv_f32_fast.c"), str(RT / "kernels/dwconv_f32.c"),
+                    "-o", str(b), "-lm"], check=True)
     for args in _cases():
         p = subprocess.run([*wrapper, str(b), *map(str, args)], capture_output=True, text=True,
                            timeout=60)

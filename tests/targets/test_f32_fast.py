@@ -46,8 +46,8 @@ def test_fast_f32_conv_matches_reference(name, cc, flags, wrapper, tmp_path):
     b = tmp_path / f"check_{name}"
     subprocess.run([cc, *flags, "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{RT}",
                     str(CHECK), str(RT / "kernels/conv_f32.c"),
-                    str(RT / "kernels/conv_f32_fast.c"), str(RT / "kernels/dwconv_f32.c"), "-o", str(b),
-                    "-lm"], check=True)
+                    str(RT / "kernels/conv_f32_fast.c"), str(RT / "kernels/dwconv_f32.c"),
+                    "-o", str(b), "-lm"], check=True)
     for args in _cases(24 if wrapper else 60):
         p = subprocess.run([*wrapper, str(b), *map(str, args)], capture_output=True, text=True,
                            timeout=60)
@@ -63,8 +63,8 @@ def test_fast_f32_gemm_stays_inside_its_scratch_and_the_generator_plans_it(tmp_p
     subprocess.run(["cc", "-O1", "-g", "-march=native", "-fsanitize=address,undefined",
                     "-fno-sanitize-recover", "-std=c99", "-Wall", "-Wextra", "-Werror",
                     f"-I{RT}", str(CHECK), str(RT / "kernels/conv_f32.c"),
-                    str(RT / "kernels/conv_f32_fast.c"), str(RT / "kernels/dwconv_f32.c"), "-o", str(b),
-                    "-lm"], check=True)
+                    str(RT / "kernels/conv_f32_fast.c"), str(RT / "kernels/dwconv_f32.c"),
+                    "-o", str(b), "-lm"], check=True)
     keys = ["C", "H", "W", "M", "KH", "KW", "SH", "SW", "PT", "PL", "DH", "DW", "group"]
     env = {"ASAN_OPTIONS": "detect_leaks=0", "PATH": "/usr/bin:/bin"}
     for args in _cases(30, seed=5):

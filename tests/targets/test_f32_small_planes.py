@@ -40,8 +40,8 @@ def test_small_plane_gemm_matches_reference(name, cc, flags, wrapper, tmp_path):
     b = tmp_path / f"check_{name}"
     subprocess.run([cc, *flags, "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{RT}",
                     str(CHECK), str(RT / "kernels/conv_f32.c"),
-                    str(RT / "kernels/conv_f32_fast.c"), str(RT / "kernels/dwconv_f32.c"), "-o", str(b),
-                    "-lm"], check=True)
+                    str(RT / "kernels/conv_f32_fast.c"), str(RT / "kernels/dwconv_f32.c"),
+                    "-o", str(b), "-lm"], check=True)
     for args in CASES:
         p = subprocess.run([*wrapper, str(b), *map(str, args)], capture_output=True, text=True,
                            timeout=60)
@@ -54,8 +54,8 @@ def test_small_plane_gemm_stays_inside_its_scratch(tmp_path):
     subprocess.run(["cc", "-O1", "-g", "-march=native", "-fsanitize=address,undefined",
                     "-fno-sanitize-recover", "-std=c99", "-Wall", "-Wextra", "-Werror",
                     f"-I{RT}", str(CHECK), str(RT / "kernels/conv_f32.c"),
-                    str(RT / "kernels/conv_f32_fast.c"), str(RT / "kernels/dwconv_f32.c"), "-o", str(b),
-                    "-lm"], check=True)
+                    str(RT / "kernels/conv_f32_fast.c"), str(RT / "kernels/dwconv_f32.c"),
+                    "-o", str(b), "-lm"], check=True)
     env = {"ASAN_OPTIONS": "detect_leaks=0", "PATH": "/usr/bin:/bin"}
     for args in CASES:
         p = subprocess.run([str(b), *map(str, args)], capture_output=True, text=True,
