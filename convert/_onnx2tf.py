@@ -106,18 +106,73 @@ for f in out_dir.glob(stem + "_*.tflite"):
     if f.name[len(stem) + 1:-len(".tflite")] not in keep:
         f.unlink()
 """
-# Runs in a child as well: argv[1] is {"calibrated", "out", "io", "per_channel", "nodes"}.
-# TensorFlow's own selective quantization (what tf.lite.experimental.QuantizationDebugger's
-# get_nondebug_quantized_model does): the calibrated model quantized as onnx2tf's INT8
-# conversion quantizes it, except the ops whose output tensors are in "nodes".
+# Runs in a child as well: argv[1] is {"calibrated", "out", "io", "per_channel", "nodes",
+# "percentile", "samples"}. TensorFlow's own selective quantization (what
+# tf.lite.experimental.QuantizationDebugger's get_nondebug_quantized_model does): the
+# calibrated model quantized as onnx2tf's INT8 conversion quantizes it, except the ops whose
+# output tensors are in "nodes". With "percentile", each activation's min/max range stored
+# by the calibration is first narrowed to the percentile of its absolute values
+# (``PERCENTILE_CHILD``), so a handful of outliers no longer sets its scale.
+PERCENTILE_BINS = 4096  # histogram bins of |x| per tensor (onnxruntime's uses 2048)
 _REQUANTIZE = """
 import json, pathlib, sys
+import numpy as np
 import tensorflow as tf
 from tensorflow.lite.python import convert
+from tensorflow.lite.tools import flatbuffer_utils as fu
+
+def activation_stats(model):
+    # tensor index -> its QuantizationParameters, for the per-tensor min/max the
+    # calibration stored on every activation (constants carry data and no such range)
+    sg = model.subgraphs[0]
+    out = {}
+    for i, t in enumerate(sg.tensors):
+        q = t.quantization
+        data = model.buffers[t.buffer].data if t.buffer < len(model.buffers) else None
+        if q is not None and q.min is not None and len(q.min) == 1 and data is None:
+            out[i] = q
+    return out
+
+def percentile_ranges(calibrated, samples, percentile, bins):
+    model = fu.read_model_from_bytearray(bytearray(calibrated))
+    stats = activation_stats(model)
+    top = {i: max(abs(float(q.min[0])), abs(float(q.max[0])), 1e-30) for i, q in stats.items()}
+    hist = {i: np.zeros(bins, np.int64) for i in stats}
+    interp = tf.lite.Interpreter(
+        model_content=bytes(calibrated), experimental_preserve_all_tensors=True,
+        experimental_op_resolver_type=tf.lite.experimental.OpResolverType
+        .BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    interp.allocate_tensors()
+    inp = interp.get_input_details()[0]
+    batch = int(inp["shape"][0])
+    for k in range(0, len(samples) - batch + 1, batch):
+        interp.set_tensor(inp["index"], samples[k:k + batch].astype(np.float32))
+        interp.invoke()
+        for i in stats:
+            v = np.abs(interp.get_tensor(i).astype(np.float32).ravel())
+            hist[i] += np.histogram(np.minimum(v, top[i]), bins=bins, range=(0, top[i]))[0]
+    changed = 0
+    for i, q in stats.items():
+        total = hist[i].sum()
+        if total == 0:
+            continue
+        cut = int(np.searchsorted(np.cumsum(hist[i]) / total, percentile / 100.0))
+        t = top[i] * min(cut + 1, bins) / bins
+        lo, hi = max(float(q.min[0]), -t), min(float(q.max[0]), t)
+        if (lo, hi) != (float(q.min[0]), float(q.max[0])):
+            changed += 1
+        q.min, q.max = [lo], [hi]
+    print(f"edgesmith: percentile {percentile}: {changed} of {len(stats)} activation "
+          f"ranges narrowed on {len(samples) // batch} samples")
+    return bytes(fu.convert_object_to_bytearray(model))
 
 a = json.loads(sys.argv[1])
 io = tf.int8 if a["io"] == "int8" else tf.float32
-model = convert.mlir_quantize(pathlib.Path(a["calibrated"]).read_bytes(),
+calibrated = pathlib.Path(a["calibrated"]).read_bytes()
+if a.get("percentile") is not None:
+    calibrated = percentile_ranges(calibrated, np.load(a["samples"]), a["percentile"],
+                                   a["bins"])
+model = convert.mlir_quantize(calibrated,
                               disable_per_channel=not a["per_channel"],
                               input_data_type=io, output_data_type=io,
                               denylisted_nodes=a["nodes"] or None)
@@ -168,28 +223,37 @@ def converted(ctx: ConvertContext, keep: frozenset[str]) -> Path:
 
 
 def requantize(ctx: ConvertContext, calibrated: Path, out: Path, io: str,
-               float_tensors: list[str]) -> Path:
+               float_tensors: list[str], percentile: float | None = None) -> Path:
     """``out``: the INT8 model quantized from onnx2tf's ``calibrated`` model with the ops
     writing ``float_tensors`` left in float (TensorFlow's ``denylisted_nodes``), in a child
-    process as onnx2tf itself runs."""
-    args = {"calibrated": str(calibrated), "out": str(out), "io": io,
-            "per_channel": bool(ctx.calib.per_channel), "nodes": float_tensors}
-    stage = f"{FORMAT} int8 requantization (ops kept in float)"
-    ctx.log(f"$ tflite requantize {json.dumps(args)}")
-    with ctx.log_path.open("a", encoding="utf-8") as log:
-        try:
-            proc = subprocess.run([sys.executable, "-c", _REQUANTIZE, json.dumps(args)],
-                                  env=child_env(), stdout=log, stderr=subprocess.STDOUT,
-                                  timeout=ctx.options.timeout_s, check=False)
-        except subprocess.TimeoutExpired:
-            raise ConversionError(f"requantization did not finish within "
-                                  f"{ctx.options.timeout_s:g} s", where=stage,
-                                  fix=f"see {ctx.log_path}") from None
+    process as onnx2tf itself runs. ``percentile``: its activation ranges narrowed to that
+    percentile of the calibration samples' absolute values first (no new calibration run:
+    the samples go through the calibrated float model once)."""
+    args: dict[str, Any] = {"calibrated": str(calibrated), "out": str(out), "io": io,
+                            "per_channel": bool(ctx.calib.per_channel), "nodes": float_tensors,
+                            "percentile": percentile, "bins": PERCENTILE_BINS}
+    what = "ops kept in float" if percentile is None else f"percentile {percentile:g} ranges"
+    stage = f"{FORMAT} int8 requantization ({what})"
+    undo = "build with --no-fallback to keep the plain INT8 model" if percentile is None \
+        else "set calibration.method: minmax in the profile"
+    with tempfile.TemporaryDirectory(prefix="requantize-", dir=_ensure(ctx.work_dir)) as tmp:
+        if percentile is not None:  # the samples as the TFLite input takes them
+            args["samples"] = str(Path(tmp) / "calib_channels_last.npy")
+            np.save(args["samples"], channels_last(ctx.calib.x).astype(np.float32))
+        ctx.log(f"$ tflite requantize {json.dumps(args)}")
+        with ctx.log_path.open("a", encoding="utf-8") as log:
+            try:
+                proc = subprocess.run([sys.executable, "-c", _REQUANTIZE, json.dumps(args)],
+                                      env=child_env(), stdout=log, stderr=subprocess.STDOUT,
+                                      timeout=ctx.options.timeout_s, check=False)
+            except subprocess.TimeoutExpired:
+                raise ConversionError(f"requantization did not finish within "
+                                      f"{ctx.options.timeout_s:g} s", where=stage,
+                                      fix=f"see {ctx.log_path}") from None
     if proc.returncode != 0 or not out.is_file():
         raise ConversionError(f"TensorFlow's requantization failed (exit status "
                               f"{proc.returncode}): {last_error(ctx.log_path)}", where=stage,
-                              fix=f"full output in {ctx.log_path}; build with --no-fallback "
-                                  "to keep the plain INT8 model")
+                              fix=f"full output in {ctx.log_path}; {undo}")
     return out
 
 

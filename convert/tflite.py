@@ -104,6 +104,9 @@ class TFLiteTarget(Target):
     device_threads_option = "num_threads"
     not_runnable_reason = ""
     compat_rules = _RULES
+    # percentile: TensorFlow's min/max calibration, then each activation's range narrowed to
+    # the percentile of its |values| before the MLIR quantizer derives scales from it
+    range_methods = ("minmax", "percentile")
 
     def compat(self, op_type: str, attrs: dict[str, Any], precision: str) -> CompatRule:
         if op_type == "Resize" and attrs.get("mode") == "cubic":
@@ -132,7 +135,7 @@ class TFLiteTarget(Target):
                 fix=f"see the full converter output in {ctx.log_path}")
         out = _ensure(ctx.out_dir) / "model.tflite"
         kept = _requantized(ctx, produced, out, io) if precision == "int8" and \
-            ctx.options.float_nodes else None
+            (ctx.options.float_nodes or ctx.calib.method == "percentile") else None
         if kept is None:
             shutil.copyfile(src, out)
         meta: dict[str, Any] = {
@@ -141,13 +144,14 @@ class TFLiteTarget(Target):
             "num_threads": ctx.options.num_threads,
             "onnx_outputs": _onnx_output_shapes(ctx.fp32_onnx, ctx.calib.x[:1]),
         }
-        if kept is not None:
+        if kept:
             meta["float_nodes"] = list(ctx.options.float_nodes)
             meta["float_ops"] = kept  # ONNX node -> the TFLite tensors left in float
         if precision == "int8":
             meta["calibration"] = ctx.calib.summary()
-            if ctx.calib.method != "minmax":
-                ctx.log(f"note: TFLite calibrates min/max; method {ctx.calib.method} not applied")
+            if ctx.calib.method not in self.range_methods:
+                ctx.log(f"note: TFLite calibrates min/max or percentile ranges; method "
+                        f"{ctx.calib.method} not applied (min/max used)")
             if ctx.qdq_onnx is not None:
                 ctx.log("note: TFLite INT8 is calibrated post-training from the FP32 ONNX; "
                         "the QAT model's scales are not carried over")
@@ -197,10 +201,11 @@ class TFLiteTarget(Target):
 
 def _requantized(ctx: ConvertContext, produced: Path, out: Path,
                  io: str) -> dict[str, list[str]]:
-    """Write to ``out`` the INT8 model with the ops of ``options.float_nodes`` in float:
-    onnx2tf's calibrated model quantized again by TensorFlow with those ops denylisted
-    (no second calibration). Returns which TFLite tensors each ONNX node became; checks
-    that every one of them really is float in the result."""
+    """Write to ``out`` the INT8 model with the ops of ``options.float_nodes`` in float
+    and, for ``calibration.method: percentile``, percentile activation ranges: onnx2tf's
+    calibrated model quantized again by TensorFlow with those ops denylisted (no second
+    calibration run). Returns which TFLite tensors each ONNX node became; checks that
+    every one of them really is float in the result."""
     calibrated = produced / f"{ctx.fp32_onnx.stem}_{_onnx2tf.CALIBRATED}.tflite"
     if not calibrated.is_file():
         raise ConversionError("onnx2tf's run kept no calibrated model to requantize",
@@ -209,9 +214,11 @@ def _requantized(ctx: ConvertContext, produced: Path, out: Path,
     x = ctx.calib.x
     mapping = _tflite_select.float_tensors(ctx.fp32_onnx, calibrated,
                                            list(ctx.options.float_nodes), x,
-                                           _onnx2tf.channels_last(x))
+                                           _onnx2tf.channels_last(x)) \
+        if ctx.options.float_nodes else {}
     names = sorted({t for ts in mapping.values() for t in ts})
-    _onnx2tf.requantize(ctx, calibrated, out, io, names)
+    _onnx2tf.requantize(ctx, calibrated, out, io, names, ctx.calib.percentile
+                        if ctx.calib.method == "percentile" else None)
     dtypes = _output_dtypes(out)
     still = [t for t in names if dtypes.get(t, "float32") != "float32"]
     if still:

@@ -1,0 +1,44 @@
+"""TFLite's calibration rung (issue 15): TensorFlow calibrates min/max only, so the
+fallback's percentile try narrows the ranges stored in onnx2tf's calibrated model before
+TensorFlow's MLIR quantizer derives the scales; real onnx2tf, TensorFlow and LiteRT.
+
+The model and data are test_fallback_calibration's: channel 0 is zero everywhere but one
+pixel of one calibration sample, so min/max stretches the input's per-tensor scale over
+that outlier and the image rounds away; its 99.99th percentile is the image's own range."""
+
+from __future__ import annotations
+
+import json
+
+from tests.pipeline.test_fallback import _profile
+from tests.pipeline.test_fallback_calibration import (  # noqa: F401 - pytest fixture
+    _outlier_data,
+    two_channel_model,
+)
+
+
+def test_tflite_int8_outlier_range_is_fixed_by_percentile_with_no_layer_in_float(
+        cli, two_channel_model, tmp_path):  # noqa: F811 - the imported fixture
+    data = _outlier_data(tmp_path / "data.npz")
+    profile = _profile(tmp_path / "profile.yaml", ["tflite:int8"], 2.0)
+    out = tmp_path / "out"
+    r = cli("convert", two_channel_model, "--data", data, "--profile", profile, "--out", out)
+    assert r.code == 0, r.err
+    t = json.loads((out / "manifest.json").read_text())["targets"][0]
+    fb = t["fallback"]
+    assert t["status"] == "ok", t
+    assert fb["drop_before_pt"] > 20  # min/max: the image channel rounds away
+    assert fb["applied"] and fb["layers"] == []  # without the rung: the stem in float
+    assert fb["drop_after_pt"] == t["accuracy_drop"] <= 2.0
+    assert fb["calibration"]["method"] == "percentile"
+    own = fb["calibration"]["screen"][-1]
+    assert own["runtime"] == "tflite-int8" and own["kept"]
+    assert t["meta"]["calibration"]["method"] == "percentile"
+    # the shipped model quantizes its input with the image's range, not the outlier's
+    from ai_edge_litert.interpreter import Interpreter
+
+    interp = Interpreter(str(out / "targets" / "tflite-int8" / "model.tflite"))
+    scales = [d["quantization"][0] for d in interp.get_tensor_details()
+              if d["dtype"].__name__ == "int8" and d["quantization"][0] > 0
+              and len(d["shape"]) == 4 and d["shape"][-1] == 2]
+    assert scales and max(scales) < 0.05  # min/max would give (1000 + 1) / 255 = 3.9
