@@ -66,6 +66,13 @@ def exact_gelus(model: Any) -> list[Any]:
     return found
 
 
+def exact_gelu_erfs(model: Any) -> set[str]:
+    """The output names of the Erf nodes that sit inside an exact GELU: what onnx2tf turns
+    into TFLite's GELU. Any other Erf is written out as arithmetic (see ``_onnx2tf``)."""
+    divs = {d.output[0] for d in exact_gelus(model)}
+    return {n.output[0] for n in model.graph.node if n.op_type == "Erf" and n.input[0] in divs}
+
+
 def mark_exact_gelus(model: Any) -> int:
     """Give each exact GELU's Div its divisor from a Constant node (in place), so onnx2tf
     recognises the GELU; returns how many were marked."""

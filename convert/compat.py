@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from edgesmith.convert._onnx_gelu import exact_gelu_erfs
 from edgesmith.errors import UnsupportedOpError
 from edgesmith.profiles.schema import TargetSpec
 from edgesmith.target import Target
@@ -18,6 +19,8 @@ from edgesmith.target import Target
 # attributes worth showing: they are what usually decides whether a target copes
 _SHOWN_ATTRS = ("kernel_shape", "strides", "dilations", "group", "pads", "mode", "axis", "perm",
                 "alpha", "auto_pad", "coordinate_transformation_mode", "ceil_mode")
+# set on Erf nodes only: whether the node is the Erf of an exact GELU subgraph
+IN_EXACT_GELU = "in_exact_gelu"
 
 
 @dataclass(frozen=True)
@@ -101,9 +104,12 @@ def check(onnx_path: Path, targets_of_profile: list[tuple[TargetSpec, Target]]) 
 
     model = onnx.load(str(onnx_path), load_external_data=False)
     targets = [(spec.name, target, spec.precision.value) for spec, target in targets_of_profile]
+    gelu_erfs = exact_gelu_erfs(model)
     rows = []
     for i, node in enumerate(model.graph.node):
         attrs = _attrs(node)
+        if node.op_type == "Erf":  # graph context a per-node rule cannot see (TFLite int8)
+            attrs[IN_EXACT_GELU] = node.output[0] in gelu_erfs
         status, hints = {}, {}
         for name, target, precision in targets:
             rule = target.rule_for(node.op_type, attrs, precision)

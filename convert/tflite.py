@@ -111,6 +111,12 @@ class TFLiteTarget(Target):
     def compat(self, op_type: str, attrs: dict[str, Any], precision: str) -> CompatRule:
         if op_type == "Resize" and attrs.get("mode") == "cubic":
             return CompatRule("unsupported", f"cubic Resize {_FLEX}; use linear or nearest")
+        if op_type == "Erf" and precision == "int8" and attrs.get("in_exact_gelu") is False:
+            return CompatRule("unsupported", "an Erf outside an exact GELU (Div -> Erf -> Add "
+                                             "-> Mul -> Mul) becomes float arithmetic whose "
+                                             "division TFLite INT8 cannot quantize: use "
+                                             "nn.GELU() if it is one, else build this target "
+                                             "as fp32/fp16 or drop it")
         if op_type == "Mod" and attrs.get("fmod") == 1:
             return CompatRule("unsupported", "fmod=1 (C-style remainder) is converted as Python "
                                              "modulo: wrong sign for negative inputs")
