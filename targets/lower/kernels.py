@@ -11,6 +11,8 @@ es_conv2d_i8_dot's uint8 channel-quad planes (passes.hand_over_quads).
 
 from __future__ import annotations
 
+import math
+
 from ..graph import Kernel
 
 
@@ -70,8 +72,10 @@ def dw_hwc_scratch(p: dict) -> int:
     weights and row sums. It does not grow with the channel count."""
     kh, kw, dh, dw, w, ow = p["KH"], p["KW"], p["DH"], p["DW"], p["W"], p["OW"]
     wp = padded(p)[1]
-    b = 16 // w if dh == 1 and (dw == 1 or kw == 1) and w < 16 else 1
-    obc = ((ow if ow >= 16 else (15 + ow) // ow * ow) + 15) // 16 * 16
+    b = min(64 // w, 16) if dh == 1 and (dw == 1 or kw == 1) and w < 32 else 1
+    rb = 16 // math.gcd(ow, 16)  # output rows that fill whole 16-column transposes
+    rb = rb if rb * ow <= 128 else 1 if ow >= 16 else (15 + ow) // ow
+    obc = (rb * ow + 15) // 16 * 16
     return (64 * (kh + b - 1) * wp + (16 * ((wp + 3 * dw + 15) // 16 * 16) if dw > 1 else 0)
             + 16 * obc + 64 * kh * ((kw + 1) // 2 + 1) + 4 * (3 * kh + b - 1))
 

@@ -305,6 +305,20 @@ static void row_scales(float *sc, int m0, int nr, const dot_out *o) {
     _mm512_mask_storeu_ps(sc, k, o->fp32 ? s : _mm512_setzero_ps());
 }
 
+/* the float32 scales of the 8 channels m0 .. m0 + 7 in lanes 0..7, for the tiles' fast
+ * path (ES_RQ_FP32, nr == TM): kept in a register and broadcast lane by lane (scale_of), so
+ * no store and reload through memory (a masked store read back as scalars waits for the
+ * store, and made row_scales' loads the tile's hottest instructions) */
+static inline __m512 row_scales8(int m0, const dot_out *o) {
+    return es_rq_scale16(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(o->mult + m0))),
+                         _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(o->shift + m0))));
+}
+
+/* lane r of v in every lane */
+static inline __m512 scale_of(__m512 v, int r) {
+    return _mm512_permutexvar_ps(_mm512_set1_epi32(r), v);
+}
+
 /* a tile's 16 output bytes of one channel to their pixels in that channel's row ym:
  * straight, or each segment's lanes shuffled down to lane 0 and stored under a mask */
 static inline void store_segments(const dot_block *b, __m128i q, int8_t *ym) {
@@ -361,22 +375,22 @@ static inline void put_f32(const dot_block *b, dot_dest d, __m512i acc, int8_t *
 __attribute__((always_inline)) /* called out of line, its eight vectors went through the stack */
 #endif
 static inline void put4_f32(const dot_block *b, dot_dest d, __m512i r0, __m512i r1, __m512i r2,
-                            __m512i r3, int8_t *ym, size_t P, const float *sc,
+                            __m512i r3, int8_t *ym, size_t P, __m512 sv, int l0,
                             const dot_out *o) {
     const __m512i rows = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
     const __m512 hi = o->hi;
     __m512i q0, q1, q2, q3, p01, p23, v;
     if (!d.whole) {
-        put_f32(b, d, r0, ym, sc[0], o);
-        put_f32(b, d, r1, ym + P, sc[1], o);
-        put_f32(b, d, r2, ym + 2 * P, sc[2], o);
-        put_f32(b, d, r3, ym + 3 * P, sc[3], o);
+        put_f32(b, d, r0, ym, _mm512_cvtss_f32(scale_of(sv, l0)), o);
+        put_f32(b, d, r1, ym + P, _mm512_cvtss_f32(scale_of(sv, l0 + 1)), o);
+        put_f32(b, d, r2, ym + 2 * P, _mm512_cvtss_f32(scale_of(sv, l0 + 2)), o);
+        put_f32(b, d, r3, ym + 3 * P, _mm512_cvtss_f32(scale_of(sv, l0 + 3)), o);
         return;
     }
-    q0 = es_rqf16_hi_avx512(r0, _mm512_set1_ps(sc[0]), hi);
-    q1 = es_rqf16_hi_avx512(r1, _mm512_set1_ps(sc[1]), hi);
-    q2 = es_rqf16_hi_avx512(r2, _mm512_set1_ps(sc[2]), hi);
-    q3 = es_rqf16_hi_avx512(r3, _mm512_set1_ps(sc[3]), hi);
+    q0 = es_rqf16_hi_avx512(r0, scale_of(sv, l0), hi);
+    q1 = es_rqf16_hi_avx512(r1, scale_of(sv, l0 + 1), hi);
+    q2 = es_rqf16_hi_avx512(r2, scale_of(sv, l0 + 2), hi);
+    q3 = es_rqf16_hi_avx512(r3, scale_of(sv, l0 + 3), hi);
     p01 = _mm512_adds_epi16(_mm512_packs_epi32(q0, q1), o->zp16);
     p23 = _mm512_adds_epi16(_mm512_packs_epi32(q2, q3), o->zp16);
     /* per 128-bit lane l: 4 bytes of each row; the dword permute puts each row in a lane */
@@ -435,18 +449,22 @@ static void tile_8x16(const dot_block *b, const int8_t *w8, int K4, const int32_
     }
     {
         /* locals: the int8 stores below may alias *p, which would force reloads */
-        const __m512i s[TM] = {s0, s1, s2, s3, s4, s5, s6, s7};
         const dot_out o = out_consts(mult, shift, p);
-        float sc[TM];
-        row_scales(sc, m0, nr, &o);
         if (o.fp32 && nr == TM && b->last) { /* as in tile_8x32 */
             int8_t *ym = y + (size_t)m0 * P;
             const size_t P2 = (size_t)P;
             const dot_dest db = dest(b);
-            put4_f32(b, db, s0, s1, s2, s3, ym, P2, sc, &o);
-            put4_f32(b, db, s4, s5, s6, s7, ym + 4 * P2, P2, sc + 4, &o);
+            const __m512 sv = row_scales8(m0, &o);
+            put4_f32(b, db, s0, s1, s2, s3, ym, P2, sv, 0, &o);
+            put4_f32(b, db, s4, s5, s6, s7, ym + 4 * P2, P2, sv, 4, &o);
             return;
         }
+    }
+    {
+        const __m512i s[TM] = {s0, s1, s2, s3, s4, s5, s6, s7};
+        const dot_out o = out_consts(mult, shift, p);
+        float sc[TM];
+        row_scales(sc, m0, nr, &o);
         for (r = 0; r < nr; ++r) put_row(b, s[r], m0 + r, y, P, sc[r], &o);
     }
 }
@@ -500,11 +518,7 @@ static void tile_8x32(const dot_block *a, const dot_block *b, const int8_t *w8, 
         }
     }
     {
-        const __m512i s[TM] = {s0, s1, s2, s3, s4, s5, s6, s7};
-        const __m512i u[TM] = {u0, u1, u2, u3, u4, u5, u6, u7};
         const dot_out o = out_consts(mult, shift, p);
-        float sc[TM];
-        row_scales(sc, m0, nr, &o);
         if (o.fp32 && nr == TM && a->last && b->last) {
             /* the common case, written out: the accumulators stay in registers (through the
              * arrays above they are stored and reloaded, which costs more than the
@@ -512,12 +526,22 @@ static void tile_8x32(const dot_block *a, const dot_block *b, const int8_t *w8, 
             int8_t *ym = y + (size_t)m0 * P;
             const size_t P2 = (size_t)P;
             const dot_dest da = dest(a), db = dest(b);
-            put4_f32(a, da, s0, s1, s2, s3, ym, P2, sc, &o);
-            put4_f32(b, db, u0, u1, u2, u3, ym, P2, sc, &o);
-            put4_f32(a, da, s4, s5, s6, s7, ym + 4 * P2, P2, sc + 4, &o);
-            put4_f32(b, db, u4, u5, u6, u7, ym + 4 * P2, P2, sc + 4, &o);
+            const __m512 sv = row_scales8(m0, &o);
+            put4_f32(a, da, s0, s1, s2, s3, ym, P2, sv, 0, &o);
+            put4_f32(b, db, u0, u1, u2, u3, ym, P2, sv, 0, &o);
+            put4_f32(a, da, s4, s5, s6, s7, ym + 4 * P2, P2, sv, 4, &o);
+            put4_f32(b, db, u4, u5, u6, u7, ym + 4 * P2, P2, sv, 4, &o);
             return;
         }
+    }
+    { /* the rest (fixed point, a last block of fewer rows, partial sums): row by row,
+         the accumulators through arrays, outside the fast path's scope so that they are not
+         spilled there */
+        const __m512i s[TM] = {s0, s1, s2, s3, s4, s5, s6, s7};
+        const __m512i u[TM] = {u0, u1, u2, u3, u4, u5, u6, u7};
+        const dot_out o = out_consts(mult, shift, p);
+        float sc[TM];
+        row_scales(sc, m0, nr, &o);
         for (r = 0; r < nr; ++r) {
             put_row(a, s[r], m0 + r, y, P, sc[r], &o);
             put_row(b, u[r], m0 + r, y, P, sc[r], &o);

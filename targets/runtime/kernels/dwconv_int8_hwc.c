@@ -23,8 +23,9 @@
  *  2. Taps. acc[ow][c] = bias[c] + sum over taps of xrow[ow*SW + kw*DW][c] * w[kh][kw][c],
  *     16 channels per vector, unit stride in memory.
  *  3. Output. Accumulators are requantised per channel (es_requant per lane) into 16 bytes
- *     per output column; once a few output rows hold at least 16 columns, the block
- *     [column][16 channels] is transposed into 16 CHW runs of contiguous bytes, or, with
+ *     per output column; once RB = 16 / gcd(OW, 16) output rows are done (whole 16-column
+ *     chunks; fewer rows when that would pass 128 columns), the block [column][16 channels]
+ *     is transposed into 16 CHW runs of contiguous bytes, or, with
  *     y_quads (the generator hands the tensor to a 1x1 conv on the dot kernel), into the
  *     four uint8 channel-quad planes that kernel reads (a dword transpose, store_quads).
  *
@@ -44,15 +45,17 @@
  * channel (16 masked 128-bit broadcast loads and in-lane unpacks when all 16 channels and
  * columns exist), and every ring column is a funnel shift of two neighbours,
  * (q[i] >> 8k) | (q[i+1] << 32-8k) per lane (one vpshrdd with VBMI2), with the padding
- * words on either side, made only where the stride reads it. Narrow rows (W < 16) are
- * transposed 16 / W at a time, since a channel's consecutive rows are contiguous: one
- * transpose then carries several rows instead of one mostly empty row, and the ring has
- * NR = KH + B - 1 slots so that a batch of B rows never evicts a row the current output row
- * reads. Other dilations go through a byte transpose of the row. Four output columns share
- * each weight vector and are requantised together, packed to int8 by saturating packs;
- * when every shift is <= -2 (the usual case) the rounding needs only the high words of the
- * 64-bit products (es_mulq16_short, es_simd.h). The output transpose is 16x16 bytes in four
- * registers: dword permutes, then one byte permute (VBMI), or an in-lane byte shuffle that transposes
+ * words on either side, made only where the stride reads it. Narrow rows (W < 32) are
+ * transposed B = min(64 / W, 16) at a time, since a channel's consecutive rows are
+ * contiguous: the 16-byte chunks are then full instead of one mostly empty chunk per row
+ * (W = 3, 6, 12, 24), each row is realigned by one funnel shift per four columns, and the
+ * ring has NR = KH + B - 1 slots so that a batch of B rows never evicts a row the current
+ * output row reads. Other dilations go through a byte transpose of the row. Four output
+ * columns share each weight vector and are requantised together (a row's last 1..3 as
+ * well, under masks), packed to int8 by saturating packs; when every shift is <= -2 (the
+ * usual case) the rounding needs only the high words of the 64-bit products
+ * (es_mulq16_short, es_simd.h). The output transpose is 16x16 bytes in four registers:
+ * dword permutes, then one byte permute (VBMI), or an in-lane byte shuffle that transposes
  * each 4x4 and a dword permute that puts the rows in place.
  * Portable C (every other target). The ring holds int16 rows of x - x_zp and each tap is a
  * 16-lane multiply-accumulate over 8 output columns that GCC vectorises at -O3. The
@@ -103,7 +106,7 @@ static dw_scratch dw_layout(int32_t *scratch, const es_conv_params *p, int Wp) {
 #endif
     s.nr = KH + s.batch - 1;
     s.ncols = p->DW > 1 ? (Wp + 3 * p->DW + 15) / 16 * 16 : 0;
-    s.rb = p->OW >= 16 ? 1 : (p->OW + 15) / p->OW;
+    s.rb = (int)ES_I8_DW_HWC_RB(p->OW);
     s.obc = (int)ES_I8_DW_HWC_OBC(p->OW); /* rb*OW rounded up to 16 */
     s.ring = b;
     b += (size_t)s.nr * (size_t)s.slot;
@@ -315,11 +318,31 @@ static inline __m512i funnel(__m512i lo, __m512i hi, int k) {
 #endif
 }
 
-/* Narrow rows (W < 16, DH = DW = 1): nb <= 16 / W whole rows are nb*W contiguous bytes of
- * each channel plane, so one dword transpose carries them all (row r + b into the ring slot
- * after row r + b - 1's, row r's being slot). The quad at padded column j
- * of row b is flat bytes f .. f+3, f = b*W + j - lo, two neighbouring dwords funnel-shifted;
- * bytes outside the row's input columns are replaced by the padding. */
+/* padded columns j .. j+3 (j a multiple of 4) of the row whose input column 0 is flat byte
+ * f0 of zz (zz[0] the padding dword before flat byte 0, zz[g + 1] flat bytes 4g .. 4g+3):
+ * the row's bytes where the input columns 0 .. n-1 land (padded column lo on), the
+ * padding elsewhere */
+static inline __m512i padded_dword(const __m512i *zz, __m512i pad, int f0, int j, int lo,
+                                   int n) {
+    const int o = j - lo; /* the input column of byte 0 */
+    unsigned keep = 0, e;
+    int z;
+    __m512i q;
+    for (e = 0; e < 4; ++e) keep |= (o + (int)e >= 0 && o + (int)e < n) ? 1u << e : 0u;
+    if (!keep) return pad;
+    z = f0 + o + 4; /* >= 1: some byte is in the row, so o >= -3 */
+    q = funnel(zz[z >> 2], zz[(z >> 2) + 1], z & 3);
+    return keep == 15u ? q
+                       : _mm512_mask_blend_epi8((__mmask64)(keep * 0x1111111111111111ULL), pad, q);
+}
+
+/* Narrow rows (W < 32, DH = DW = 1, ES_I8_DW_HWC_BATCH): nb rows, nb*W <= 64, are nb*W
+ * contiguous bytes of each channel plane, transposed in chunks of 16 into flat dwords (row
+ * r + b into the ring slot after row r + b - 1's, row r's being slot). Batching up to 64
+ * bytes rather than 16 keeps the chunks full: a row of 12 or 24 bytes alone fills 3/4 of
+ * its last chunk, four or two of them fill three chunks. The quad at padded column j of
+ * row b is flat bytes f .. f+3, f = b*W + j - lo; bytes outside the row's input columns
+ * are replaced by the padding. */
 ES_NOINLINE static void fill_rows_narrow(const dw_scratch *s, const int8_t *src,
                                             size_t cstride, int nc, int nb, int W, int lo,
                                             int n, int Wp, int r, int slot, int step,
@@ -327,15 +350,24 @@ ES_NOINLINE static void fill_rows_narrow(const dw_scratch *s, const int8_t *src,
     const __m128i zp8 = _mm_set1_epi8((char)xzp);
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     const __m512i pad = _mm512_xor_si512(_mm512_broadcast_i32x4(zp8), flip);
-    __m512i a[4], zz[6]; /* zz[g + 1]: flat bytes 4g .. 4g+3; zz[0], zz[5] padding */
-    int g, b, j;
-    if (nc == 16 && nb * W == 16 && n == W && (W & 3) == 0) {
-        /* the usual case (W = 4 or 8, all of each row in the padded row): each row is whole
-         * dwords, so it is fill_row_quads' row with the padding dwords on either side */
+    const int nf = nb * W; /* flat bytes, <= 64 */
+    __m512i a[4], zz[18]; /* zz[g + 1]: flat bytes 4g .. 4g+3; zz[0], zz[nd + 1] padding */
+    int g, b, j, c, nd = 0;
+    for (c = 0; 16 * c < nf; ++c, nd += 4) {
+        if (nc == 16 && 16 * c + 16 <= nf) {
+            load_tr_dwords(zz + 1 + nd, src + 16 * c, cstride);
+        } else {
+            load_rows(a, src, cstride, nc, 16 * c, 0, nf, zp8);
+            tr_dwords(a, zz + 1 + nd);
+        }
+    }
+    for (g = 1; g <= nd; ++g) zz[g] = _mm512_xor_si512(zz[g], flip);
+    zz[0] = zz[nd + 1] = pad;
+    if ((W & 3) == 0 && n == W) {
+        /* each row whole dwords, all of it in the padded row (W = 4, 8, ...): it is
+         * fill_row_quads' row with the padding dwords on either side */
         const unsigned km = stride_quads(lo, step);
         const int wd = W / 4; /* dwords per row */
-        load_tr_dwords(zz + 1, src, cstride);
-        for (g = 1; g < 5; ++g) zz[g] = _mm512_xor_si512(zz[g], flip);
         for (b = 0; b < nb; ++b, slot = slot + 1 < s->nr ? slot + 1 : 0) {
             const __m512i *d = zz + 1 + b * wd;
             unsigned char *dst = s->ring + (size_t)slot * s->slot;
@@ -348,27 +380,17 @@ ES_NOINLINE static void fill_rows_narrow(const dw_scratch *s, const int8_t *src,
         }
         return;
     }
-    load_rows(a, src, cstride, nc, 0, 0, nb * W, zp8);
-    tr_dwords(a, zz + 1);
-    for (g = 1; g < 5; ++g) zz[g] = _mm512_xor_si512(zz[g], flip);
-    zz[0] = zz[5] = pad;
     for (b = 0; b < nb; ++b, slot = slot + 1 < s->nr ? slot + 1 : 0) {
-        const int base = b * W - lo + 4; /* f + 4 for j = 0 */
+        /* Row b realigned: the padded row's dwords (padded columns 4k .. 4k+3), one funnel
+         * shift by the row's offset each, and then fill_row_quads' immediate funnels. One
+         * variable shift per four columns instead of one per column: a row of W = 3, 6, 12
+         * is not whole dwords, and a loop over columns was most of a 6x6 layer's time. */
+        const unsigned km = stride_quads(0, step); /* the columns j = 0 mod 4 */
         unsigned char *dst = s->ring + (size_t)slot * s->slot;
-        for (j = 0; j < Wp; j += step) {
-            const int o = j - lo; /* input column of the quad's first byte */
-            __m512i q;
-            if (o >= 0 && o + 3 < n) { /* inside the row */
-                q = funnel(zz[(base + j) >> 2], zz[((base + j) >> 2) + 1], (base + j) & 3);
-            } else if (o + 3 < 0 || o >= n) { /* all padding */
-                q = pad;
-            } else { /* the row's first or last bytes */
-                unsigned keep = 0, e;
-                for (e = 0; e < 4; ++e) keep |= (o + (int)e >= 0 && o + (int)e < n) ? 1u << e : 0u;
-                q = funnel(zz[(base + j) >> 2], zz[((base + j) >> 2) + 1], (base + j) & 3);
-                q = _mm512_mask_blend_epi8((__mmask64)(keep * 0x1111111111111111ULL), pad, q);
-            }
-            _mm512_storeu_si512(dst + (size_t)j * 64, q);
+        __m512i cur = padded_dword(zz, pad, b * W, 0, lo, n), nxt;
+        for (j = 0; j < Wp; j += 4, cur = nxt) {
+            nxt = padded_dword(zz, pad, b * W, j + 4, lo, n);
+            four_quads(dst, cur, nxt, j, Wp, km);
         }
         s->tag[slot] = r + b;
     }
@@ -456,18 +478,12 @@ static void block_consts(__m512i *bias, dw_rq *q, const int32_t *b, const int32_
 /* es_mul_q of 16 lanes */
 static inline __m512i rescale(__m512i acc, const dw_rq *q) { return es_rq16_apply(acc, &q->r); }
 
-/* one output column: 16 bytes sat8(es_mul_q(acc) + y_zp) clamped to [qmin, qmax] */
-static inline void store1(int8_t *o, __m512i acc, const dw_rq *q) {
-    __m512i v = _mm512_add_epi32(rescale(acc, q), q->yzp);
-    v = _mm512_min_epi32(_mm512_max_epi32(v, q->qmin), q->qmax);
-    _mm_storeu_si128((__m128i *)o, _mm512_cvtepi32_epi8(v));
-}
-
-/* four output columns, 64 bytes. Packing to int16 with saturation before adding y_zp
+/* four output columns, 64 bytes (those in store mask m). Packing to int16 with saturation
+ * before adding y_zp
  * (saturating) and clamping gives the same bytes: a value outside int16 is outside
  * [qmin - y_zp, qmax - y_zp] either way. The packs interleave the four columns by lane;
  * the dword permute puts each column's 16 bytes together. */
-static inline void store4(int8_t *o, const __m512i acc[4], const dw_rq *q) {
+static inline void store4(int8_t *o, const __m512i acc[4], const dw_rq *q, __mmask16 m) {
     const __m512i d4 = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
     const __m512i p01 =
         _mm512_adds_epi16(_mm512_packs_epi32(rescale(acc[0], q), rescale(acc[1], q)), q->yzp16);
@@ -475,7 +491,7 @@ static inline void store4(int8_t *o, const __m512i acc[4], const dw_rq *q) {
         _mm512_adds_epi16(_mm512_packs_epi32(rescale(acc[2], q), rescale(acc[3], q)), q->yzp16);
     __m512i v = _mm512_packs_epi16(p01, p23);
     v = _mm512_min_epi8(_mm512_max_epi8(v, q->qmin8), q->qmax8);
-    _mm512_storeu_si512(o, _mm512_permutexvar_epi32(d4, v));
+    _mm512_mask_storeu_epi32(o, m, _mm512_permutexvar_epi32(d4, v));
 }
 
 /* acc[t] += the quads at x + t*sc times w, t = 0..3: four taps for four output columns */
@@ -486,33 +502,47 @@ static inline void tap4(__m512i acc[4], const unsigned char *x, size_t sc, __m51
     acc[3] = _mm512_dpbusd_epi32(acc[3], _mm512_loadu_si512(x + 3 * sc), w);
 }
 
+/* tap4 for the last 1..3 columns of a row (n of them): the quads of the columns that do not
+ * exist are not read (a masked load reads nothing and cannot fault; their addresses, which
+ * may lie past the ring, are formed in integers), so the tail costs one group of four
+ * columns instead of one requantisation per column: on narrow rows (OW = 3, 6, 7, 14) the
+ * tail is most of the row */
+static inline void tap4_tail(__m512i acc[4], const unsigned char *x, size_t sc, __m512i w,
+                             int n) {
+    const uintptr_t b = (uintptr_t)x;
+    acc[0] = _mm512_dpbusd_epi32(acc[0], _mm512_loadu_si512(x), w);
+    acc[1] = _mm512_dpbusd_epi32(
+        acc[1], _mm512_maskz_loadu_epi32(n > 1 ? 0xffff : 0, (const void *)(b + sc)), w);
+    acc[2] = _mm512_dpbusd_epi32(
+        acc[2], _mm512_maskz_loadu_epi32(n > 2 ? 0xffff : 0, (const void *)(b + 2 * sc)), w);
+    acc[3] = _mm512_dpbusd_epi32(acc[3], _mm512_setzero_si512(), w);
+}
+
+/* the store mask of the first n of four 16-byte output columns */
+static inline __mmask16 cols_mask(int n) { return (__mmask16)((1u << (4 * n)) - 1u); }
+
 /* one output row of the block: OW columns of 16 bytes into o; any kernel */
 static void row_taps(int8_t *o, const dw_scratch *s, int nv, __m512i bias, const dw_rq *rqp,
                      int OW, int SW, int DW, int KQ) {
     const dw_rq rc = *rqp, *rq = &rc; /* a local copy: stores to o cannot alias it */
     const size_t sc = (size_t)SW * 64, dq = (size_t)DW * 256; /* to the next column, quad */
     int ow, i, q;
-    for (ow = 0; ow + 4 <= OW; ow += 4) {
+    for (ow = 0; ow < OW; ow += 4) {
+        const int n = OW - ow; /* columns left; under 4 only in the row's last group */
         __m512i a[4];
         a[0] = a[1] = a[2] = a[3] = bias;
         for (i = 0; i < nv; ++i) {
             const unsigned char *xr = s->ring + s->voff[i] + (size_t)ow * sc;
             const unsigned char *wr = s->wts + (size_t)s->vkh[i] * KQ * 64;
-            for (q = 0; q < KQ; ++q)
-                tap4(a, xr + (size_t)q * dq, sc, _mm512_loadu_si512(wr + (size_t)q * 64));
+            for (q = 0; q < KQ; ++q) {
+                const __m512i wq = _mm512_loadu_si512(wr + (size_t)q * 64);
+                if (n >= 4)
+                    tap4(a, xr + (size_t)q * dq, sc, wq);
+                else
+                    tap4_tail(a, xr + (size_t)q * dq, sc, wq, n);
+            }
         }
-        store4(o + (size_t)ow * 16, a, rq);
-    }
-    for (; ow < OW; ++ow) {
-        __m512i a = bias;
-        for (i = 0; i < nv; ++i) {
-            const unsigned char *xr = s->ring + s->voff[i] + (size_t)ow * sc;
-            const unsigned char *wr = s->wts + (size_t)s->vkh[i] * KQ * 64;
-            for (q = 0; q < KQ; ++q)
-                a = _mm512_dpbusd_epi32(a, _mm512_loadu_si512(xr + (size_t)q * dq),
-                                        _mm512_loadu_si512(wr + (size_t)q * 64));
-        }
-        store1(o + (size_t)ow * 16, a, rq);
+        store4(o + (size_t)ow * 16, a, rq, n >= 4 ? 0xffff : cols_mask(n));
     }
 }
 
@@ -532,14 +562,16 @@ static void row_taps_3(int8_t *o, const unsigned char *const r[3], const __m512i
         tap4(a, r0 + off, sc, w0);
         tap4(a, r1 + off, sc, w1);
         tap4(a, r2 + off, sc, w2);
-        store4(o + (size_t)ow * 16, a, rq);
+        store4(o + (size_t)ow * 16, a, rq, 0xffff);
     }
-    for (; ow < OW; ++ow) {
+    if (ow < OW) { /* the last 1..3 columns as one group */
         const size_t off = (size_t)ow * sc;
-        __m512i a = _mm512_dpbusd_epi32(bias, _mm512_loadu_si512(r0 + off), w0);
-        a = _mm512_dpbusd_epi32(a, _mm512_loadu_si512(r1 + off), w1);
-        a = _mm512_dpbusd_epi32(a, _mm512_loadu_si512(r2 + off), w2);
-        store1(o + (size_t)ow * 16, a, rq);
+        __m512i a[4];
+        a[0] = a[1] = a[2] = a[3] = bias;
+        tap4_tail(a, r0 + off, sc, w0, OW - ow);
+        tap4_tail(a, r1 + off, sc, w1, OW - ow);
+        tap4_tail(a, r2 + off, sc, w2, OW - ow);
+        store4(o + (size_t)ow * 16, a, rq, cols_mask(OW - ow));
     }
 }
 
@@ -557,13 +589,20 @@ static void row_taps_3_short(int8_t *o, const unsigned char *const r[3], const _
     const unsigned char *r0 = r[0], *r1 = r[1], *r2 = r[2];
     const size_t sc = (size_t)SW * 64;
     int ow;
-    for (ow = 0; ow + 4 <= OW; ow += 4) {
+    for (ow = 0; ow < OW; ow += 4) {
         const size_t off = (size_t)ow * sc;
+        const int n = OW - ow; /* columns left; under 4 only in the row's last group */
         __m512i a[4], p01, p23, v;
         a[0] = a[1] = a[2] = a[3] = bias;
-        tap4(a, r0 + off, sc, w0);
-        tap4(a, r1 + off, sc, w1);
-        tap4(a, r2 + off, sc, w2);
+        if (n >= 4) {
+            tap4(a, r0 + off, sc, w0);
+            tap4(a, r1 + off, sc, w1);
+            tap4(a, r2 + off, sc, w2);
+        } else {
+            tap4_tail(a, r0 + off, sc, w0, n);
+            tap4_tail(a, r1 + off, sc, w1, n);
+            tap4_tail(a, r2 + off, sc, w2, n);
+        }
         /* as store4 */
         if (fp32) {
             p01 = _mm512_packs_epi32(es_rqf16_hi_avx512(a[0], scale, hi),
@@ -579,14 +618,11 @@ static void row_taps_3_short(int8_t *o, const unsigned char *const r[3], const _
         v = _mm512_packs_epi16(_mm512_adds_epi16(p01, yzp16), _mm512_adds_epi16(p23, yzp16));
         /* fp32 clamped to qmax - y_zp in float already */
         v = fp32 ? _mm512_max_epi8(v, qmin8) : _mm512_min_epi8(_mm512_max_epi8(v, qmin8), qmax8);
-        _mm512_storeu_si512(o + (size_t)ow * 16, _mm512_permutexvar_epi32(d4, v));
-    }
-    for (; ow < OW; ++ow) {
-        const size_t off = (size_t)ow * sc;
-        __m512i a = _mm512_dpbusd_epi32(bias, _mm512_loadu_si512(r0 + off), w0);
-        a = _mm512_dpbusd_epi32(a, _mm512_loadu_si512(r1 + off), w1);
-        a = _mm512_dpbusd_epi32(a, _mm512_loadu_si512(r2 + off), w2);
-        store1(o + (size_t)ow * 16, a, rq);
+        v = _mm512_permutexvar_epi32(d4, v);
+        if (n >= 4)
+            _mm512_storeu_si512(o + (size_t)ow * 16, v);
+        else
+            _mm512_mask_storeu_epi32(o + (size_t)ow * 16, cols_mask(n), v);
     }
 }
 
