@@ -196,3 +196,43 @@ def rank_layers(fp32_onnx: Path, qdq_onnx: Path, x: np.ndarray,
             p.noise += float(np.square(err, dtype=np.float64).sum())
     scores = [LayerScore(p.node, p.op_type, p.sqnr_db()) for p in probes]
     return sorted(scores, key=lambda s: s.sqnr_db)
+
+
+GATES = ("Sigmoid", "HardSigmoid")  # a gate whose output a Mul applies
+
+
+def fallback_units(fp32_onnx: Path) -> dict[str, tuple[str, ...]]:
+    """Node name -> the nodes that must stay in float together with it. A gate (Sigmoid,
+    HardSigmoid) whose one consumer is a Mul forms one unit with that Mul: a squeeze-and-
+    excitation scale or a SiLU/Swish. A Mul alone in float changes nothing, since the gate
+    still quantizes its output, and a gate alone in float still has its output quantized
+    for the Mul; only both together take that rounding out."""
+    import onnx
+
+    graph = onnx.load(str(fp32_onnx), load_external_data=False).graph
+    consumers: dict[str, list[Any]] = {}
+    for n in graph.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    outputs = {o.name for o in graph.output}
+    units: dict[str, tuple[str, ...]] = {}
+    for gate in graph.node:
+        users = consumers.get(gate.output[0], []) if gate.op_type in GATES else []
+        if len(users) == 1 and users[0].op_type == "Mul" and gate.name and users[0].name \
+                and gate.output[0] not in outputs:
+            unit = (gate.name, users[0].name)
+            units[gate.name] = units[users[0].name] = unit
+    return units
+
+
+def ranked_units(ranking: list[LayerScore],
+                 units: dict[str, tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """The ranking as what falls back together: each node's unit at the place of its most
+    harmful member, every unit once."""
+    out: list[tuple[str, ...]] = []
+    for s in ranking:
+        unit = units.get(s.node, (s.node,))
+        if unit not in out:
+            out.append(unit)
+    return out
+
