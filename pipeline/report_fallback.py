@@ -12,10 +12,12 @@ HEADER = ["target", "layers kept in float", "drop before", "drop after", "tries"
           "within budget", "calibration"]
 TITLE = "INT8 layers kept in float (accuracy-aware fallback)"
 NOTE = ("A min/max calibration that misses is first tried again with percentile ranges "
-        "(ONNX and C: onnxruntime's; OpenVINO: nncf's mean per-sample min/max). "
-        "Layers ranked by their own SQNR when quantized alone (most harmful first), "
-        "screened with onnxruntime, then confirmed on each target by its validation "
-        "accuracy; at most {cap} layer(s) may fall back. --no-fallback turns this off.")
+        "(ONNX and C: onnxruntime's; OpenVINO: nncf's mean per-sample min/max; TFLite: "
+        "TensorFlow's min/max ranges narrowed to the percentile). "
+        "Layers ranked by their own SQNR when quantized alone (most harmful first; a "
+        "Sigmoid and the Mul it gates as one), screened with onnxruntime, then confirmed "
+        "on each target by its validation accuracy; at most {cap} unit(s) may fall back. "
+        "--no-fallback turns this off.")
 
 
 def rows(manifest: dict[str, Any]) -> list[list[str]]:
