@@ -24,8 +24,9 @@ module finds them and keeps them in float, one more at a time, until the budget 
    is within the budget;
 3. per target: convert with those layers in float (the static QDQ for formats that lower
    it, the ``float_nodes`` option for formats that quantize themselves: OpenVINO's nncf
-   ``ignored_scope``, TFLite's ``denylisted_nodes``), validate, and add the next layer
-   while it still misses, up to ``MAX_FRACTION`` of the quantized layers.
+   ``ignored_scope``, TFLite's ``denylisted_nodes``) and validate; while it still misses,
+   the count is bisected between the screen's and the cap (``MAX_FRACTION`` of the
+   quantized layers), as the screen bisects it.
 
 It runs only for a target that missed: a build within budget pays nothing. The result
 carries ``fallback`` (layers, drop before/after, tries) into the manifest and report.
@@ -279,14 +280,20 @@ class Fallback:
         start, _ = self.screened()
         if how != "static_qdq":  # formats that calibrate themselves: zero layers = plain
             start = max(start, 1)
-        for k in range(start, self.cap() + 1):
-            tried += 1
-            got = self._try(r, options, ctx_args, how, k)
+        tries: dict[int, stages.TargetResult] = {}
+
+        def meets(k: int) -> bool:  # one conversion + validation of the target per count
+            got = tries[k] = self._try(r, options, ctx_args, how, k)
+            return got.status == "ok" and _within(got.validation, self.setup.budget_pt)
+
+        found = smallest_meeting(start, self.cap(), meets)  # the screen's count first
+        tried += len(tries)
+        if found is not None:
+            return self._adopt(r, tries[found], found, tried)
+        for got in tries.values():
             if got.validation is not None and got.validation.ran and (
                     best is None or _drop(got) < _drop(best)):
                 best = got
-            if got.status == "ok" and _within(got.validation, self.setup.budget_pt):
-                return self._adopt(r, got, k, tried)
         record = self._record(r, best, self.layers(self.cap()), tried)
         most = len(self.layers(self.cap()))
         return _annotated(r, record, f"fallback kept up to {most} layer(s) in float "
