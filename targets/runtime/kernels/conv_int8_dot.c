@@ -402,6 +402,27 @@ static inline void put4_f32(const dot_block *b, dot_dest d, __m512i r0, __m512i 
     _mm_storeu_si128((__m128i *)(ym + 3 * P + d.pix), _mm512_extracti32x4_epi32(v, 3));
 }
 
+/* put4_f32 of two whole tiles side by side, a's 16 pixels then b's (pix, pix + 16), two rows
+ * at a time: rows r of a and b share their packs, so one vector holds 32 bytes of each of
+ * two rows and each row is one 32-byte store (put4_f32 twice stores each 16 bytes through
+ * its own extract). Same arithmetic, lane for lane, so the same bytes. */
+static inline void put2x32_f32(int pix, __m512i a0, __m512i a1, __m512i b0, __m512i b1,
+                               int8_t *ym, size_t P, __m512 s0, __m512 s1, const dot_out *o) {
+    /* per 128-bit lane l the packs leave dwords a0, b0, a1, b1 (4 pixels each): gathered to
+     * row 0's 32 bytes in the low half, row 1's in the high half */
+    const __m512i rows = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    const __m512i p0 = _mm512_adds_epi16(
+        _mm512_packs_epi32(es_rqf16_hi_avx512(a0, s0, o->hi), es_rqf16_hi_avx512(b0, s0, o->hi)),
+        o->zp16);
+    const __m512i p1 = _mm512_adds_epi16(
+        _mm512_packs_epi32(es_rqf16_hi_avx512(a1, s1, o->hi), es_rqf16_hi_avx512(b1, s1, o->hi)),
+        o->zp16);
+    const __m512i v =
+        _mm512_permutexvar_epi32(rows, _mm512_max_epi8(_mm512_packs_epi16(p0, p1), o->qmin8));
+    _mm256_storeu_si256((__m256i *)(ym + pix), _mm512_castsi512_si256(v));
+    _mm256_storeu_si256((__m256i *)(ym + P + pix), _mm512_extracti64x4_epi64(v, 1));
+}
+
 /* the 16 sums of channel m in one tile: kept as partial sums, or requantised into y */
 static inline void put_row(const dot_block *b, __m512i acc, int m, int8_t *y, int P,
                            float scale, const dot_out *o) {
@@ -527,6 +548,16 @@ static void tile_8x32(const dot_block *a, const dot_block *b, const int8_t *w8, 
             const size_t P2 = (size_t)P;
             const dot_dest da = dest(a), db = dest(b);
             const __m512 sv = row_scales8(m0, &o);
+            if (da.whole && db.whole && db.pix == da.pix + TP) { /* 32 pixels in a row */
+                put2x32_f32(da.pix, s0, s1, u0, u1, ym, P2, scale_of(sv, 0), scale_of(sv, 1), &o);
+                put2x32_f32(da.pix, s2, s3, u2, u3, ym + 2 * P2, P2, scale_of(sv, 2),
+                            scale_of(sv, 3), &o);
+                put2x32_f32(da.pix, s4, s5, u4, u5, ym + 4 * P2, P2, scale_of(sv, 4),
+                            scale_of(sv, 5), &o);
+                put2x32_f32(da.pix, s6, s7, u6, u7, ym + 6 * P2, P2, scale_of(sv, 6),
+                            scale_of(sv, 7), &o);
+                return;
+            }
             put4_f32(a, da, s0, s1, s2, s3, ym, P2, sv, 0, &o);
             put4_f32(b, db, u0, u1, u2, u3, ym, P2, sv, 0, &o);
             put4_f32(a, da, s4, s5, s6, s7, ym + 4 * P2, P2, sv, 4, &o);
