@@ -1,6 +1,6 @@
 """es_dwconv2d_i8_hwc on every row width from 1 to 33: the widths that are not a multiple of
 16 (MobileNetV2-96's 24, 12, 6 and 3, EfficientNet's 7 and 14, tiled patch rows of 13 and 26)
-go through the batched narrow-row fill (several rows per 16-byte transpose chunk, up to 64
+go through the batched narrow-row fill (W <= 24: several rows per 16-byte chunk, up to 64
 bytes), the realigned padded dwords, the masked last group of output columns and output
 batches of 16 / gcd(OW, 16) rows. Each must stay bit-identical to the reference es_conv2d_i8
 and inside ES_I8_DW_HWC_SCRATCH, with a channel count that is not a multiple of 16."""

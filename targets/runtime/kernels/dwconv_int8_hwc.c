@@ -45,7 +45,7 @@
  * channel (16 masked 128-bit broadcast loads and in-lane unpacks when all 16 channels and
  * columns exist), and every ring column is a funnel shift of two neighbours,
  * (q[i] >> 8k) | (q[i+1] << 32-8k) per lane (one vpshrdd with VBMI2), with the padding
- * words on either side, made only where the stride reads it. Narrow rows (W < 32) are
+ * words on either side, made only where the stride reads it. Narrow rows (W <= 24) are
  * transposed B = min(64 / W, 16) at a time, since a channel's consecutive rows are
  * contiguous: the 16-byte chunks are then full instead of one mostly empty chunk per row
  * (W = 3, 6, 12, 24), each row is realigned by one funnel shift per four columns, and the
@@ -336,11 +336,12 @@ static inline __m512i padded_dword(const __m512i *zz, __m512i pad, int f0, int j
                        : _mm512_mask_blend_epi8((__mmask64)(keep * 0x1111111111111111ULL), pad, q);
 }
 
-/* Narrow rows (W < 32, DH = DW = 1, ES_I8_DW_HWC_BATCH): nb rows, nb*W <= 64, are nb*W
+/* Narrow rows (W <= 24, DH = DW = 1, ES_I8_DW_HWC_BATCH): nb rows, nb*W <= 64, are nb*W
  * contiguous bytes of each channel plane, transposed in chunks of 16 into flat dwords (row
  * r + b into the ring slot after row r + b - 1's, row r's being slot). Batching up to 64
  * bytes rather than 16 keeps the chunks full: a row of 12 or 24 bytes alone fills 3/4 of
- * its last chunk, four or two of them fill three chunks. The quad at padded column j of
+ * its last chunk, four or two of them fill three chunks (from W = 25 on, batching saves
+ * no chunk and fill_row_quads' immediate shifts are cheaper). The quad at padded column j of
  * row b is flat bytes f .. f+3, f = b*W + j - lo; bytes outside the row's input columns
  * are replaced by the padding. */
 ES_NOINLINE static void fill_rows_narrow(const dw_scratch *s, const int8_t *src,
