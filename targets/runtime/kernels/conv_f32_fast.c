@@ -80,6 +80,24 @@ static void im2col_f32(const float *x, float *col, int p0, int K, const es_conv_
  * computes a pixel that is not there. */
 #define ES_F32_MR 8
 
+/* Prefetch, ES_F32_PF tiles ahead: each k step of a block asks for row k's floats two
+ * tiles on (the tile after next), and each stored row for its lines two tiles on (for
+ * writing). A 1x1 conv on a big plane reads K rows and writes M rows that lie a plane
+ * apart: 16 + 96 streams for EfficientNet-B0's 16 -> 96 expand at 112 x 112, more than
+ * the hardware prefetchers follow, so every tile waited on L3 or memory for each row.
+ * Kernel alone, inputs out of cache (48 MB touched between runs), best of 4 alternating
+ * rounds, load ~9, AMD EPYC AVX-512: 16 -> 96 SiLU 1.59-1.66 ms -> 0.83-0.86 ms, 32 -> 16
+ * 112 x 112 463-472 -> 346 us. A prefetch is one load-port op per 8 or 16 FMAs. */
+#define ES_F32_PF 2
+#define ES_F32_PF_AHEAD (ES_F32_PF * ES_F32_TP)
+#if defined(__GNUC__)
+#define ES_PREFETCH(a) __builtin_prefetch((a), 0, 3)
+#define ES_PREFETCHW(a) __builtin_prefetch((a), 1, 3)
+#else
+#define ES_PREFETCH(a) ((void)(a))
+#define ES_PREFETCHW(a) ((void)(a))
+#endif
+
 /* 16-bit masks of the first n of 16 lanes */
 #define ES_MASK16(n) ((n) >= 16 ? 0xFFFFu : (n) <= 0 ? 0u : (1u << (n)) - 1u)
 
@@ -101,6 +119,8 @@ static inline void mk_f32_8xv(const float *col, const int32_t *off, int K, const
         const float *cp = col + off[k], *wk = wp + (size_t)k * ES_F32_MR;
         const __m512 c0 = _mm512_loadu_ps(cp);
         const __m512 c1 = nv > 1 ? _mm512_loadu_ps(cp + 16) : c0;
+        ES_PREFETCH(cp + ES_F32_PF_AHEAD);
+        ES_PREFETCH(cp + ES_F32_PF_AHEAD + 16);
         for (r = 0; r < ES_F32_MR; ++r) {
             const __m512 w = _mm512_set1_ps(wk[r]);
             a0[r] = _mm512_fmadd_ps(c0, w, a0[r]);
@@ -108,6 +128,8 @@ static inline void mk_f32_8xv(const float *col, const int32_t *off, int K, const
         }
     }
     for (r = 0; r < nr; ++r) {
+        ES_PREFETCHW(y + (size_t)r * ldy + ES_F32_PF_AHEAD);
+        ES_PREFETCHW(y + (size_t)r * ldy + ES_F32_PF_AHEAD + 16);
         _mm512_mask_storeu_ps(y + (size_t)r * ldy, k0, act512(a0[r], p));
         if (nv > 1) _mm512_mask_storeu_ps(y + (size_t)r * ldy + 16, k1, act512(a1[r], p));
     }
@@ -135,6 +157,7 @@ static void mk_f32_4x16(const float *col, const int32_t *off, int K, const float
     for (k = 0; k < K; ++k) {
         const float *cp = col + off[k], *wk = wp + (size_t)k * ES_F32_MR;
         const __m256 c0 = _mm256_loadu_ps(cp), c1 = _mm256_loadu_ps(cp + 8);
+        ES_PREFETCH(cp + ES_F32_PF_AHEAD);
         for (r = 0; r < 4; ++r) {
             const __m256 w = _mm256_broadcast_ss(wk + r);
             s[r][0] = _mm256_fmadd_ps(c0, w, s[r][0]);
@@ -144,6 +167,7 @@ static void mk_f32_4x16(const float *col, const int32_t *off, int K, const float
     for (r = 0; r < nr; ++r) {
         float *yr = y + (size_t)r * ldy, t[16];
         const __m256 v0 = act256(s[r][0], p), v1 = act256(s[r][1], p);
+        ES_PREFETCHW(yr + ES_F32_PF_AHEAD);
         if (nj == 16) {
             _mm256_storeu_ps(yr, v0);
             _mm256_storeu_ps(yr + 8, v1);
@@ -180,6 +204,7 @@ static void mk_f32_8x8(const float *col, const int32_t *off, int K, const float 
         const float *cp = col + off[k], *wk = wp + (size_t)k * ES_F32_MR;
         const float32x4_t c0 = vld1q_f32(cp), c1 = vld1q_f32(cp + 4);
         const float32x4_t w0 = vld1q_f32(wk), w1 = vld1q_f32(wk + 4);
+        ES_PREFETCH(cp + ES_F32_PF_AHEAD);
 #define ES_LANE(R, W, L)                                 \
     s[R][0] = vfmaq_laneq_f32(s[R][0], c0, W, L);        \
     s[R][1] = vfmaq_laneq_f32(s[R][1], c1, W, L)
@@ -189,6 +214,7 @@ static void mk_f32_8x8(const float *col, const int32_t *off, int K, const float 
     }
     for (r = 0; r < nr; ++r) {
         float *yr = y + (size_t)r * ldy, t[8];
+        ES_PREFETCHW(yr + ES_F32_PF_AHEAD);
         vst1q_f32(t, act_neon(s[r][0], p));
         vst1q_f32(t + 4, act_neon(s[r][1], p));
         memcpy(yr, t, sizeof(float) * (size_t)nj);
@@ -213,6 +239,8 @@ static void mk_f32_block(const float *col, const int32_t *off, int K, const floa
         for (j = 0; j < ES_F32_TP; ++j) s[r][j] = b8[r];
     for (k = 0; k < K; ++k) {
         const float *cp = col + off[k], *wk = wp + (size_t)k * ES_F32_MR;
+        ES_PREFETCH(cp + ES_F32_PF_AHEAD);
+        ES_PREFETCH(cp + ES_F32_PF_AHEAD + 16);
         for (r = 0; r < ES_F32_MR; ++r)
             for (j = 0; j < ES_F32_TP; ++j) s[r][j] += wk[r] * cp[j];
     }
