@@ -67,6 +67,7 @@ static int mul_simd(const int8_t *a, const int8_t *b, int8_t *y, int n,
     return i;
 }
 
+#if !(defined(__AVX512F__) && defined(__AVX512BW__)) /* there: mul_vs_one_512 */
 /* the same for a run x against one factor k (already minus its zero point) */
 static int mul_vs_one_simd(const int8_t *x, int32_t x_zp, int32_t k, int8_t *y, int n,
                            const es_qmul_params *p) {
@@ -79,6 +80,7 @@ static int mul_vs_one_simd(const int8_t *x, int32_t x_zp, int32_t k, int8_t *y, 
     }
     return i;
 }
+#endif
 
 #elif defined(__ARM_NEON)
 /* 16 int8 minus zp -> four int32x4 quarters, in order */
@@ -137,6 +139,60 @@ static int mul_vs_one_simd(const int8_t *x, int32_t x_zp, int32_t k, int8_t *y, 
 }
 #endif
 
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+/* es_mul_q on 16 lanes for one multiplier and a shift <= 0 (total = 31 - shift), as
+ * es_mulq8_avx2 (es_simd.h) on twice the lanes: 64-bit products plus the rounding half,
+ * then the high words shifted by total - 32, or for total 31 the low words of a shift by 31 */
+static inline __m512i mulq16(__m512i x, __m512i mu, int total, __m512i half) {
+    const __m512i even = _mm512_add_epi64(_mm512_mul_epi32(x, mu), half);
+    const __m512i odd = _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(x, 32), mu), half);
+    if (total >= 32)
+        return _mm512_sra_epi32(_mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd),
+                                _mm_cvtsi32_si128(total - 32));
+    return _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 31),
+                                   _mm512_slli_epi64(_mm512_srli_epi64(odd, 31), 32));
+}
+
+/* mul_vs_one_simd on 64 bytes at a time, the run's last 1..63 under masks (masked loads
+ * read nothing past n). An SE gate on 14x14 or 7x7 planes (runs of 196 or 49, below the
+ * table's LUT_MIN) went 16 elements at a time through AVX2 plus a scalar tail of up to 15.
+ * The four rescaled quarters are packed with saturation (int16, + y_zp saturating, int8)
+ * and then clamped, which gives es_sat8's bytes for qmin >= -128, qmax <= 127 (simd_ok): a
+ * value outside int16 is outside [qmin - y_zp, qmax - y_zp] either way, as dwconv_int8_hwc.c's
+ * store4. Returns n. */
+static int mul_vs_one_512(const int8_t *x, int32_t x_zp, int32_t k, int8_t *y, int n,
+                          const es_qmul_params *p) {
+    const __m512i d4 = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    const __m128i left = _mm_cvtsi32_si128(p->shift > 0 ? p->shift : 0);
+    const int total = 31 - (p->shift > 0 ? 0 : p->shift);
+    const __m512i half = _mm512_set1_epi64((int64_t)1 << (total - 1));
+    const __m512i mu = _mm512_set1_epi32(p->mult), kv = _mm512_set1_epi32(k);
+    const __m512i zp = _mm512_set1_epi32(x_zp), yzp16 = _mm512_set1_epi16((short)p->y_zp);
+    const __m512i lo = _mm512_set1_epi8((char)p->qmin), hi = _mm512_set1_epi8((char)p->qmax);
+    int i, j;
+    for (i = 0; i < n; i += 64) {
+        const __mmask64 m = n - i >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (n - i)) - 1;
+        const __m512i v = _mm512_maskz_loadu_epi8(m, x + i);
+        __m512i r[4], b;
+        for (j = 0; j < 4; ++j) { /* elements 16j .. 16j+15 */
+            const __m128i q = j == 0 ? _mm512_castsi512_si128(v)
+                              : j == 1 ? _mm512_extracti32x4_epi32(v, 1)
+                              : j == 2 ? _mm512_extracti32x4_epi32(v, 2)
+                                       : _mm512_extracti32x4_epi32(v, 3);
+            const __m512i c = _mm512_sub_epi32(_mm512_cvtepi8_epi32(q), zp);
+            r[j] = mulq16(_mm512_sll_epi32(_mm512_mullo_epi32(c, kv), left), mu, total, half);
+        }
+        b = _mm512_packs_epi16(_mm512_adds_epi16(_mm512_packs_epi32(r[0], r[1]), yzp16),
+                               _mm512_adds_epi16(_mm512_packs_epi32(r[2], r[3]), yzp16));
+        b = _mm512_min_epi8(_mm512_max_epi8(b, lo), hi);
+        /* the packs interleave the quarters by 128-bit lane: dword 4l + j is quarter j's
+         * elements 4l .. 4l+3, which belong at dword 4j + l */
+        _mm512_mask_storeu_epi8(y + i, m, _mm512_permutexvar_epi32(d4, b));
+    }
+    return n;
+}
+#endif
+
 /* a run of n contiguous elements of both inputs */
 static void mul_run(const int8_t *a, const int8_t *b, int8_t *y, int n,
                     const es_qmul_params *p) {
@@ -154,7 +210,9 @@ static void mul_run_vs_one(const int8_t *x, int32_t x_zp, int8_t k, int32_t k_zp
     const es_qmul_params q = *p;
     const int32_t kv = (int32_t)k - k_zp;
     int i = 0;
-#if defined(__AVX2__) || defined(__ARM_NEON)
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+    if (simd_ok(&q)) i = mul_vs_one_512(x, x_zp, kv, y, n, &q);
+#elif defined(__AVX2__) || defined(__ARM_NEON)
     if (simd_ok(&q)) i = mul_vs_one_simd(x, x_zp, kv, y, n, &q);
 #endif
     for (; i < n; ++i) {
