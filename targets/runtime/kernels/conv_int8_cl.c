@@ -44,6 +44,27 @@ static void fill_pad(uint32_t *xh, size_t n, const es_conv_params *p) {
 }
 
 #if defined(ES_CL_VNNI)
+/* fill_pad of the border only: the rows above and below the input and the columns left
+ * and right of it, the words the transpose below does not write (it writes every word of
+ * every input pixel inside the padded plane, channels past C included) */
+static void fill_border(uint32_t *xh, int Hp, int Wp, int C4, const es_conv_params *p) {
+    const size_t row = (size_t)Wp * C4;
+    const int top = p->PT < Hp ? p->PT : Hp, bot = p->PT + p->H < Hp ? p->PT + p->H : Hp;
+    const int left = p->PL < Wp ? p->PL : Wp, right = p->PL + p->W < Wp ? p->PL + p->W : Wp;
+    int r;
+    fill_pad(xh, (size_t)top * row, p);
+    if (bot > top) {
+        fill_pad(xh + (size_t)bot * row, (size_t)(Hp - bot) * row, p);
+        for (r = top; r < bot; ++r) {
+            fill_pad(xh + (size_t)r * row, (size_t)left * C4, p);
+            if (right > left)
+                fill_pad(xh + (size_t)r * row + (size_t)right * C4, (size_t)(Wp - right) * C4, p);
+        }
+    } else {
+        fill_pad(xh + (size_t)top * row, (size_t)(Hp - top) * row, p);
+    }
+}
+
 /* xh[r][q][c4]: the bytes x[4*c4 + i][r - PT][q - PL] + 128; padding pixels and the channels
  * past C of the last quad (their weights are zero) read the pad byte x_zp + 128. Blocks of
  * 16 channels x 16 consecutive pixels of the CHW input (16 loads, rows past C are x_zp) are
@@ -53,15 +74,18 @@ static void to_hwc_u8(const int8_t *x, uint32_t *xh, int Hp, int Wp, int C4,
                       const es_conv_params *p) {
     const int HW = p->H * p->W, C = p->C;
     const __m128i zp8 = _mm_set1_epi8((char)p->x_zp), flip = _mm_set1_epi8((char)0x80);
-    int j0, cb, j, k;
-    fill_pad(xh, (size_t)Hp * Wp * C4, p);
+    int j0, cb, j, k, r = p->PT, q = p->PL; /* (r, q): where pixel j0 goes */
+    fill_border(xh, Hp, Wp, C4, p);
     for (j0 = 0; j0 < HW; j0 += 16) {
         const int nj = HW - j0 < 16 ? HW - j0 : 16;
         const __mmask16 lm = (__mmask16)(nj == 16 ? 0xffffu : (1u << nj) - 1u);
         uint32_t *dst[16];
-        for (j = 0; j < 16; ++j) { /* where pixel j0 + j goes; NULL: nowhere (not read) */
-            const int r = (j0 + j) / p->W + p->PT, q = (j0 + j) % p->W + p->PL;
-            dst[j] = j < nj && r < Hp && q < Wp ? xh + ((size_t)r * Wp + q) * C4 : NULL;
+        for (j = 0; j < nj; ++j) { /* where pixel j0 + j goes; NULL: nowhere (not read) */
+            dst[j] = r < Hp && q < Wp ? xh + ((size_t)r * Wp + q) * C4 : NULL;
+            if (++q == p->PL + p->W) {
+                q = p->PL;
+                ++r;
+            }
         }
         for (cb = 0; 16 * cb < 4 * C4; ++cb) {
             const int nb = 4 * C4 - 16 * cb < 16 ? 4 * C4 - 16 * cb : 16; /* bytes per pixel */
