@@ -8,16 +8,22 @@ Writes ``$XDG_CACHE_HOME/edgesmith/zoo/NAME-DATASIZE.pt`` (a state dict, loadabl
 with the accuracy reached, the epochs, the data and the exact build command. A checkpoint
 that exists is kept (``--force`` retrains). Training uses edgesmith's own loop
 (``edgesmith.compress.train.fit``); the best epoch is chosen on the calibration split and
-the accuracy reported on the validation split, which training never saw.
+the accuracy reported on the validation split, which training never saw. Each model trains
+with its catalog entry's recipe (``catalog.Entry``: optimizer, lr, epochs, warm-up, weight
+decay, label smoothing, batch, and its own training-sample count, which
+$EDGESMITH_ZOO_SAMPLES overrides); the JSON records it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,23 +47,40 @@ def _channels_last(model: torch.nn.Module) -> Any:
         lambda _m, args: (args[0].contiguous(memory_format=torch.channels_last), *args[1:]))
 
 
+SAMPLES_ENV = "EDGESMITH_ZOO_SAMPLES"  # data.py's: TRAIN,CALIB,VAL
+
+
+@contextmanager
+def _entry_samples(entry: Entry) -> Iterator[None]:
+    """Generate the entry's own sample counts (``Entry.samples``) unless the caller set
+    $EDGESMITH_ZOO_SAMPLES (tests and CI train at reduced size: theirs wins)."""
+    if entry.samples is None or os.environ.get(SAMPLES_ENV, "").strip():
+        yield
+        return
+    os.environ[SAMPLES_ENV] = ",".join(str(n) for n in entry.samples)
+    try:
+        yield
+    finally:
+        os.environ.pop(SAMPLES_ENV, None)
+
+
 def train(entry: Entry, size: int, *, epochs: int, data: str | None = None,
-          out_dir: Path | None = None, seed: int = 0, batch_size: int = 64,
-          progress: bool = True) -> dict[str, Any]:
-    """Train ``entry`` at ``size`` and write NAME-DATASIZE.pt/.json; returns the JSON."""
+          out_dir: Path | None = None, seed: int = 0, progress: bool = True) -> dict[str, Any]:
+    """Train ``entry`` at ``size`` with its recipe and write NAME-DATASIZE.pt/.json; returns
+    the JSON."""
     if data:
         entry = Entry(**{**entry.__dict__, "data": data})
     out_dir = out_dir or cache_dir()
     arch, data_ref = entry.arch(size), entry.data_ref(size)
-    splits = pipeline_data.load(data_ref, seed=seed)
+    with _entry_samples(entry):
+        splits = pipeline_data.load(data_ref, seed=seed)
     model = pipeline_model.load(arch).torch_model
     hook = _channels_last(model) if splits.train_x.ndim == 4 else None
     report = (lambda p: print(f"  epoch {p['epoch']}/{p['epochs']}: loss {p['loss']:.4f}, "
                               f"calib top-1 {p['selection_accuracy'] * 100:.1f} %", flush=True)
               ) if progress else None
-    result = fit(model, splits, epochs=epochs, lr=entry.lr,
-                 optimizer=entry.optimizer, batch_size=batch_size, seed=seed, patience=epochs,
-                 progress=report)
+    result = fit(model, splits, epochs=epochs, lr=entry.lr, optimizer=entry.optimizer,
+                 seed=seed, patience=epochs, progress=report, **entry.recipe())
     if hook is not None:
         hook.remove()
         model.to(memory_format=torch.contiguous_format)
@@ -83,6 +106,7 @@ def _save(entry: Entry, size: int, model: torch.nn.Module, splits: Any, result: 
         "calib_accuracy_best": round(result["best_selection_accuracy"], 4),
         "epochs": result["epochs"], "epochs_run": result["epochs_run"],
         "best_epoch": result["best_epoch"], "optimizer": entry.optimizer, "lr": entry.lr,
+        "recipe": entry.recipe(),
         "seconds": result["seconds"], "history": result["history"],
         "torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
         "checkpoint": str(ckpt),

@@ -1,0 +1,61 @@
+"""A zoo entry's own recipe: its sample counts are generated unless the caller's
+$EDGESMITH_ZOO_SAMPLES asks for others (CI's reduced runs win), the JSON records the recipe,
+and only the entries that set a knob train differently from the loop's defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+
+import pytest
+
+from .conftest import zoo_module
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch, zoo_data):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv(zoo_data.SAMPLES_ENV, raising=False)
+    return tmp_path / "xdg" / "edgesmith" / "zoo"
+
+
+def _catalog():
+    """catalog.py as train.py imported it (a dataclass module must be in sys.modules while
+    it runs, which conftest's loader does not do)."""
+    return sys.modules[zoo_module("train").Entry.__module__]
+
+
+def _tiny_gru(**recipe):
+    return dataclasses.replace(_catalog().ZOO["kws_gru"], **recipe)
+
+
+def test_an_entrys_own_sample_counts_are_the_ones_generated(cache, zoo_data):
+    train = zoo_module("train")
+    entry = _tiny_gru(samples=(36, 24, 12), warmup_epochs=0.5, label_smoothing=0.1)
+    info = train.train(entry, 0, epochs=1, progress=False)
+    assert info["samples"] == {"train": 36, "calib": 24, "val": 12}
+    assert info["recipe"] == {"warmup_epochs": 0.5, "weight_decay": None,
+                              "label_smoothing": 0.1, "batch_size": 64}
+    assert json.loads((cache / "kws_gru-keywords.json").read_text())["recipe"] == \
+        info["recipe"]
+    assert zoo_data.SAMPLES_ENV not in os.environ  # set for the load only
+
+
+def test_the_callers_sample_counts_win_over_the_entrys(cache, zoo_data, monkeypatch):
+    monkeypatch.setenv(zoo_data.SAMPLES_ENV, "48,16,24")
+    train = zoo_module("train")
+    info = train.train(_tiny_gru(samples=(36, 24, 12)), 0, epochs=1, progress=False)
+    assert info["samples"] == {"train": 48, "calib": 16, "val": 24}
+    assert os.environ[zoo_data.SAMPLES_ENV] == "48,16,24"
+
+
+def test_only_efficientnet_trains_with_a_recipe_of_its_own():
+    # the other checkpoints and their README figures came from the loop's defaults
+    catalog = _catalog()
+    default = catalog.Entry("x", "x.py", "shapes", (32,))
+    own = {name for name, e in catalog.ZOO.items()
+           if e.recipe() != default.recipe() or e.samples != default.samples}
+    assert own == {"efficientnet_b0"}
+    assert catalog.ZOO["efficientnet_b0"].samples[1:] == (200, 1000)  # same calib/val sets
