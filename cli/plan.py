@@ -19,15 +19,18 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="print [{target, folder, arena_bytes, "
                                                        "lower_bound_bytes, tiling, plan}] as "
                                                        "JSON; tiling (null when untiled): "
-                                                       "grid, halo_px, split, "
+                                                       "grid, layout, row_bounds, "
+                                                       "col_bounds, halo_px, split, "
                                                        "arena_untiled_bytes, "
                                                        "lower_bound_untiled_bytes, "
-                                                       "extra_macs, candidates"),
+                                                       "extra_macs, latency_model, "
+                                                       "candidates"),
 ) -> None:
     """Draw each C target's arena plan: every buffer's offset, size and lifetime, then one
     row per step (as TFLite Micro's PrintMemoryPlan does). A tiled build (C option
-    `tiling`, or budgets.arena_kb missed untiled) first states its patch grid, split, halo,
-    arena tiled vs the untiled liveness bound, extra MACs and the candidates weighed.
+    `tiling`, or budgets.arena_kb missed untiled) first states its patch layout (grid,
+    stripes or uneven cut), split, halo, arena tiled vs the untiled liveness bound, extra
+    MACs, modelled latency and the candidates weighed.
 
     Example: edgesmith plan build/demo
     """

@@ -29,6 +29,7 @@ tiling_c.py's.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -52,12 +53,43 @@ SLACK = 64  # readable bytes after each patch buffer (quad planes, vector overre
 
 class TilingForce(BaseModel):
     """``tiling: {patches: N, split: S}``: an N x N grid over the segment that ends at step
-    S (its ONNX node name, or its index in the per-layer plan `edgesmith plan` draws)."""
+    S (its ONNX node name, or its index in the per-layer plan `edgesmith plan` draws);
+    ``cols: M`` makes it N rows x M columns (``cols: 1``: full-width stripes, whose rows
+    keep the tensor's whole width, so the halo is only vertical)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    patches: int = Field(..., ge=1, le=16, description="patches per side (N x N)")
+    patches: int = Field(..., ge=1, le=16, description="patches per side (N x N), or rows")
     split: int | str = Field(..., description="last tiled step: node name or step index")
+    cols: int | None = Field(None, ge=1, le=16, description="patch columns (default: patches)")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the patches cut the segment's output: row bounds and column bounds (each from
+    0 to the tensor's height or width). Even cuts are ``even``; the search also weighs
+    stripes and uneven column cuts (tiling_search.py)."""
+
+    rows: tuple[int, ...]
+    cols: tuple[int, ...]
+
+    @classmethod
+    def even(cls, oh: int, ow: int, nr: int, nc: int) -> Layout:
+        return cls(tuple(oh * i // nr for i in range(nr + 1)),
+                   tuple(ow * i // nc for i in range(nc + 1)))
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self.rows) - 1, len(self.cols) - 1
+
+    def describe(self) -> str:
+        """'2x2', '4x1 stripes' or '2x2, cols cut at 10' (uneven)."""
+        nr, nc = self.shape
+        text = f"{nr}x{nc}" + (" stripes" if nc == 1 and nr > 1 else "")
+        uneven = [f"{name} cut at {', '.join(map(str, b[1:-1]))}"
+                  for name, b in (("rows", self.rows), ("cols", self.cols))
+                  if b != Layout.even(b[-1], 1, len(b) - 1, 1).rows]
+        return ", ".join([text, *uneven])
 
 
 TilingOption = Literal["off", "auto"] | TilingForce | None
@@ -94,6 +126,7 @@ class TiledStep(Step):
     # the first layer quantizes the input: it runs as the copy-in, row by row from the
     # full float input, so no float window is ever copied (buffer 0 is empty)
     quantize_in: bool = False
+    layout: Layout | None = None  # where the patches cut the segment's output
 
 
 # -- the steps a patch can run ----------------------------------------------------------------
@@ -191,10 +224,6 @@ def _back(olo: int, ohi: int, n_in: int, s: int, pad: int, k: int, d: int) -> tu
     return clo, chi, clo - lo
 
 
-def _split(n: int, parts: int) -> list[tuple[int, int]]:
-    return [(n * i // parts, n * (i + 1) // parts) for i in range(parts)]
-
-
 def _union(a: Win | None, b: Win) -> Win:
     return b if a is None else (min(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]),
                                 max(a[3], b[3]))
@@ -237,12 +266,14 @@ def _one_patch(g: Graph, seg: list[Step], tens: list[str], r: int, c: int,
         idx) else None
 
 
-def patch_windows(g: Graph, seg: list[Step], grid: int) -> list[Patch] | None:
+def patch_windows(g: Graph, seg: list[Step], layout: Layout) -> list[Patch] | None:
     tens = [seg[0].inputs[0]] + [st.outputs[0] for st in seg]
     _, _, oh, ow = g.tensors[tens[-1]].shape
+    if layout.rows[-1] != oh or layout.cols[-1] != ow:
+        return None
     out = []
-    for r, (r0, r1) in enumerate(_split(oh, grid)):
-        for c, (c0, c1) in enumerate(_split(ow, grid)):
+    for r, (r0, r1) in enumerate(pairwise(layout.rows)):
+        for c, (c0, c1) in enumerate(pairwise(layout.cols)):
             pa = _one_patch(g, seg, tens, r, c, (r0, r1, c0, c1))
             if pa is None:
                 return None
@@ -306,12 +337,12 @@ def _quantize_in(seg: list[Step]) -> bool:
     return seg[0].calls[0].fn == "es_quantize_f32_i8"
 
 
-def build_tiled(g: Graph, start: int, seg: list[Step], grid: int,
+def build_tiled(g: Graph, start: int, seg: list[Step], layout: Layout,
                 alignment: int) -> tuple[Graph, TiledStep] | None:
-    """``g`` with ``seg`` (steps ``start``...) replaced by one TiledStep on a grid x grid
-    patch grid; the segment's inner tensors leave the arena for patch buffers. None when
-    the segment cannot run on that grid."""
-    patches = patch_windows(g, seg, grid)
+    """``g`` with ``seg`` (steps ``start``...) replaced by one TiledStep on the patches of
+    ``layout``; the segment's inner tensors leave the arena for patch buffers. None when
+    the segment cannot run on that layout."""
+    patches = patch_windows(g, seg, layout)
     if patches is None:
         return None
     tens = [seg[0].inputs[0]] + [st.outputs[0] for st in seg]
@@ -319,13 +350,13 @@ def build_tiled(g: Graph, start: int, seg: list[Step], grid: int,
     offsets, total, _ = place(ivs)
     tiled = TiledStep(
         name=f"{seg[0].name}..{seg[-1].name}" if len(seg) > 1 else seg[0].name,
-        op=f"Tiled{grid}x{grid}", inputs=[tens[0]], outputs=[tens[-1]],
+        op="Tiled{}x{}".format(*layout.shape), inputs=[tens[0]], outputs=[tens[-1]],
         # the layers' kernels, for the sources codegen copies; kernel=None: the patch
         # scratch is checked per patch (tiling_c), not against the full size
         calls=[Call(st.calls[0].fn, st.calls[0].args) for st in seg],
         scratch=total, layers=list(seg), tensors=tens, patches=patches,
         buffers=[(offsets.get(f"buf{j}", 0), s) for j, s in enumerate(sizes)],
-        quantize_in=_quantize_in(seg),
+        quantize_in=_quantize_in(seg), layout=layout,
         kernel_scratch=[(offsets.get(f"scratch{k}", 0), s) for k, s in enumerate(scratch)],
         skip_buffers=[(offsets.get(f"skip{k}", 0), next(
             (iv.size for iv in ivs if iv.name == f"skip{k}"), 0)) for k in range(len(seg))],
@@ -346,7 +377,8 @@ def budget_note(t: dict[str, Any] | None) -> str:
     if not t.get("applied"):
         return f" (tiling cannot lower it: {t['reason']}; untiled {t['arena_untiled_bytes']} " \
                f"B, {bound})"
-    return (f" (tiled {t['patches']} over {t['layers']} layers to {t['split']}: "
+    return (f" (tiled {t.get('layout', t['patches'])} over {t['layers']} layers to "
+            f"{t['split']}: "
             f"{t['arena_bytes']} B, the smallest arena of every split x grid tried; untiled "
             f"{t['arena_untiled_bytes']} B, {bound}; "
             "a smaller arena needs a smaller input or a narrower network)")
@@ -358,17 +390,26 @@ def render(t: dict[str, Any] | None) -> str:
         return ""
     if not t.get("applied"):
         return f"tiling: not applied ({t['reason']})\n"
-    lines = [f"tiling: {t['patches']} patches over {t['layers']} layers, {t['first_step']} .. "
+    layout = t.get("layout", t["patches"])
+    how = f" ({layout})" if layout != t["patches"] else ""
+    lines = [f"tiling: {t['patches']} patches{how} over {t['layers']} layers, "
+             f"{t['first_step']} .. "
              f"{t['split']} (split after {t['split']}), halo {t['halo_px']} px; arena "
              f"{t['arena_untiled_bytes']} B untiled -> {t['arena_bytes']} B tiled "
              f"({t['ratio_to_lower_bound']}x the untiled liveness lower bound "
              f"{t['lower_bound_untiled_bytes']} B); extra MACs {t['extra_macs']} "
              f"({t['extra_macs_pct']} % of the model's conv MACs {t['model_macs']}); "
+             f"modelled latency {t.get('latency_model', '?')}x untiled; "
              f"chosen: {t['chosen_by']}"]
     if len(t.get("candidates", [])) > 1:
-        lines.append("tiling candidates (no other has both less arena and fewer extra MACs):")
-        lines.append("  patches  layers      arena B   extra MACs  extra %  split")
+        lines.append("tiling candidates (no other has both less arena and a lower "
+                     "modelled latency):")
+        lines.append("  patches  layers      arena B   extra MACs  extra %  latency  split"
+                     "  (layout)")
         lines += [f"  {c['patches']:>7}  {c['layers']:>6}  {c['arena_bytes']:>11}  "
-                  f"{c['extra_macs']:>11}  {c['extra_macs_pct']:>7}  {c['split']}"
+                  f"{c['extra_macs']:>11}  {c['extra_macs_pct']:>7}  "
+                  f"{c.get('latency_model', 0):>7.3f}  {c['split']}"
+                  + (f"  ({c['layout']})" if c.get("layout", c["patches"]) != c["patches"]
+                     else "")
                   for c in t["candidates"]]
     return "\n".join(lines) + "\n"

@@ -1,11 +1,16 @@
-"""Which leading segment and patch grid to tile (tiling.py builds them): the pass.
+"""Which leading segment and patch layout to tile (tiling.py builds them): the pass.
 
-Forced by the C target's ``tiling: {patches: N, split: S}``, or, with ``tiling: auto`` or an
-arena budget the untiled plan misses, a search over every closed segment end x grid
-2x2..8x8: with a budget, the candidate that fits with the fewest extra MACs; with none, the
-smallest arena within AUTO_EXTRA of the model's MACs. A candidate that does not lower the
-arena is not taken. The plan's ``tiling`` dict says what was done, and why, for
-``edgesmith plan`` (tiling.render) and a budget miss's message (tiling.budget_note).
+Forced by the C target's ``tiling: {patches: N, split: S}`` (``cols: M`` for N x M), or,
+with ``tiling: auto`` or an arena budget the untiled plan misses, a search over every closed
+segment end x layout: square grids 2x2..8x8, full-width stripes 2x1..8x1 (rows keep their
+whole width, halo only vertical) and two columns cut unevenly where the latency model says
+the halo is cheapest. Each candidate is scored by its arena AND a latency model
+(tiling_cost.py: extra MACs weighted by the kernels' column efficiency and per-call
+set-up), not by extra MACs alone: with a budget, the fitting candidate the model deems
+fastest; with none, the smallest arena within AUTO_EXTRA of the untiled modelled latency.
+A candidate that does not lower the arena is not taken. The plan's ``tiling`` dict says
+what was done, and why, for ``edgesmith plan`` (tiling.render) and a budget miss's message
+(tiling.budget_note).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from .graph import Graph, Step
 from .planner import Plan
 from .planner import plan as make_plan
 from .tiling import (
+    Layout,
     TiledStep,
     TilingForce,
     TilingOption,
@@ -28,37 +34,46 @@ from .tiling import (
     halo,
     macs,
 )
+from .tiling_cost import latency_ratio, model_cost
 
 GRIDS = tuple(range(2, 9))
-AUTO_EXTRA = 0.15  # auto (no budget): extra MACs allowed, as a share of the model's
+AUTO_EXTRA = 0.15  # auto (no budget): modelled extra latency allowed, share of untiled
 
 
 @dataclass(frozen=True)
 class Candidate:
     layers: int
-    grid: int
+    layout: Layout
     graph: Graph
     step: TiledStep
     plan: Plan
     extra_macs: int
+    latency: float  # modelled latency over untiled (tiling_cost.py)
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return self.layout.shape
 
     def figures(self, model_macs: int) -> dict[str, Any]:
         return {"split": self.step.layers[-1].name, "layers": self.layers,
-                "patches": f"{self.grid}x{self.grid}", "arena_bytes": self.plan.arena_bytes,
+                "patches": "{}x{}".format(*self.grid), "layout": self.layout.describe(),
+                "arena_bytes": self.plan.arena_bytes,
                 "extra_macs": self.extra_macs,
                 "extra_macs_pct": round(100.0 * self.extra_macs / model_macs, 2)
-                if model_macs else 0.0}
+                if model_macs else 0.0,
+                "latency_model": round(self.latency, 4)}
 
 
-def _candidate(g: Graph, start: int, seg: list[Step], grid: int,
-               alignment: int) -> Candidate | None:
-    built = build_tiled(g, start, seg, grid, alignment)
+def _candidate(g: Graph, start: int, seg: list[Step], layout: Layout, alignment: int,
+               untiled: float) -> Candidate | None:
+    built = build_tiled(g, start, seg, layout, alignment)
     if built is None:
         return None
     g2, st = built
     extra = sum(macs(p) for pa in st.patches for p in pa.params if p is not None) - sum(
         macs(p) for s in seg if (p := conv_params(s)) is not None)
-    return Candidate(len(seg), grid, g2, st, make_plan(g2, alignment=alignment), extra)
+    return Candidate(len(seg), layout, g2, st, make_plan(g2, alignment=alignment), extra,
+                     latency_ratio(g, seg, st, untiled))
 
 
 def _resolve_split(start: int, seg: list[Step], ends: list[int], split: int | str) -> int:
@@ -79,25 +94,55 @@ def model_macs(g: Graph) -> int:
     return sum(macs(p) for st in g.steps if (p := conv_params(st)) is not None)
 
 
+def layouts(g: Graph, start: int, seg: list[Step], untiled: float) -> list[Layout]:
+    """The layouts weighed for a segment (at least two output rows and columns a patch):
+    square grids, full-width stripes, and per row count two columns cut where the latency
+    model is lowest (one patch's rows can then be a whole number of 16-column blocks)."""
+    _, _, oh, ow = g.tensors[seg[-1].outputs[0]].shape
+    out = [Layout.even(oh, ow, n, n) for n in GRIDS if 2 * n <= min(oh, ow)]
+    out += [Layout.even(oh, ow, n, 1) for n in GRIDS if 2 * n <= oh]
+    if ow >= 8:
+        cut = _cheapest_cut(g, start, seg, oh, ow, untiled)
+        if cut is not None and cut != ow // 2:
+            out += [Layout(Layout.even(oh, ow, n, 1).rows, (0, cut, ow))
+                    for n in (1, *GRIDS) if 2 * n <= oh]
+    return out
+
+
+def _cheapest_cut(g: Graph, start: int, seg: list[Step], oh: int, ow: int,
+                  untiled: float) -> int | None:
+    """The column cut (a quarter to three quarters of the width) of two full-height
+    patches that the latency model deems cheapest."""
+    best: tuple[float, int] | None = None
+    for cut in range(max(2, ow // 4), min(ow - 2, 3 * ow // 4) + 1):
+        built = build_tiled(g, start, seg, Layout((0, oh), (0, cut, ow)), 64)
+        if built is not None:
+            cost = latency_ratio(g, seg, built[1], untiled)
+            if best is None or cost < best[0]:
+                best = (cost, cut)
+    return best[1] if best else None
+
+
 def candidates(g: Graph, start: int, seg: list[Step], ends: list[int],
                alignment: int) -> list[Candidate]:
-    """Every closed segment end x grid (at least two output rows and columns a patch)."""
+    """Every closed segment end x layout."""
+    untiled = model_cost(g)
     out = []
     for k in ends:
-        _, _, oh, ow = g.tensors[seg[k - 1].outputs[0]].shape
-        for n in GRIDS:
-            if 2 * n <= min(oh, ow) and (c := _candidate(g, start, seg[:k], n, alignment)):
+        for lay in layouts(g, start, seg[:k], untiled):
+            if lay.shape != (1, 1) and (c := _candidate(g, start, seg[:k], lay, alignment,
+                                                        untiled)):
                 out.append(c)
     return out
 
 
 def pareto(cands: list[Candidate]) -> list[Candidate]:
-    """The candidates no other beats on both arena and extra MACs, by arena."""
+    """The candidates no other beats on both arena and modelled latency, by arena."""
     front, best = [], None
-    for c in sorted(cands, key=lambda c: (c.plan.arena_bytes, c.extra_macs)):
-        if best is None or c.extra_macs < best:
+    for c in sorted(cands, key=lambda c: (c.plan.arena_bytes, c.latency, c.extra_macs)):
+        if best is None or c.latency < best:
             front.append(c)
-            best = c.extra_macs
+            best = c.latency
     return front
 
 
@@ -113,13 +158,14 @@ def apply(g: Graph, p: Plan, option: TilingOption = None, budget_bytes: int | No
     if isinstance(option, TilingForce):
         k = _resolve_split(start, seg, ends, option.split)
         _, _, oh, ow = g.tensors[seg[k - 1].outputs[0]].shape
-        best = _candidate(g, start, seg[:k], option.patches, alignment) \
-            if option.patches <= min(oh, ow) else None
+        nr, nc = option.patches, option.cols or option.patches
+        best = _candidate(g, start, seg[:k], Layout.even(oh, ow, nr, nc), alignment,
+                          model_cost(g)) if nr <= oh and nc <= ow else None
         if best is None:
             raise UsageError(
-                f"tiling patches {option.patches} do not fit the split's output {oh}x{ow}",
+                f"tiling patches {nr}x{nc} do not fit the split's output {oh}x{ow}",
                 where="options.tiling.patches", fix="pick fewer patches or an earlier split")
-        return _finish(g, p, best, budget_bytes, "forced", [best])
+        return finish(g, p, best, budget_bytes, "forced", [best])
     cands = [c for c in candidates(g, start, seg, ends, alignment)
              if c.plan.arena_bytes < p.arena_bytes]
     if not cands:
@@ -129,29 +175,31 @@ def apply(g: Graph, p: Plan, option: TilingOption = None, budget_bytes: int | No
                     "lower_bound_untiled_bytes": p.lower_bound_bytes,
                     "budget_bytes": budget_bytes}
         return g, p
-    return _finish(g, p, choose(cands, budget_bytes, model_macs(g)), budget_bytes,
+    return finish(g, p, choose(cands, budget_bytes, model_macs(g)), budget_bytes,
                    "budget" if budget_bytes is not None else "auto", cands)
 
 
 def choose(cands: list[Candidate], budget: int | None, total_macs: int) -> Candidate:
-    """With a budget: the fewest extra MACs that fit it, else the smallest arena. Without:
-    the smallest arena within AUTO_EXTRA extra MACs, else the fewest extra MACs."""
+    """With a budget: the fitting candidate the latency model deems fastest, else the
+    smallest arena. Without: the smallest arena within AUTO_EXTRA modelled extra latency,
+    else the fastest. (``total_macs`` is kept for callers; the model is a ratio.)"""
     if budget is not None:
         fits = [c for c in cands if c.plan.arena_bytes <= budget]
-        return (min(fits, key=lambda c: (c.extra_macs, c.plan.arena_bytes)) if fits else
-                min(cands, key=lambda c: (c.plan.arena_bytes, c.extra_macs)))
-    cheap = [c for c in cands if c.extra_macs <= AUTO_EXTRA * total_macs]
-    return (min(cheap, key=lambda c: (c.plan.arena_bytes, c.extra_macs)) if cheap else
-            min(cands, key=lambda c: (c.extra_macs, c.plan.arena_bytes)))
+        return (min(fits, key=lambda c: (c.latency, c.plan.arena_bytes)) if fits else
+                min(cands, key=lambda c: (c.plan.arena_bytes, c.latency)))
+    cheap = [c for c in cands if c.latency <= 1.0 + AUTO_EXTRA]
+    return (min(cheap, key=lambda c: (c.plan.arena_bytes, c.latency)) if cheap else
+            min(cands, key=lambda c: (c.latency, c.plan.arena_bytes)))
 
 
-def _finish(g: Graph, p: Plan, c: Candidate, budget: int | None, why: str,
+def finish(g: Graph, p: Plan, c: Candidate, budget: int | None, why: str,
             cands: list[Candidate]) -> tuple[Graph, Plan]:
     ps = [q for q in (conv_params(s) for s in c.step.layers) if q is not None]
     total = model_macs(g)
     c.plan.tiling = {
         "applied": True, "chosen_by": why, "first_step": c.step.layers[0].name,
-        "grid": [c.grid, c.grid],
+        "grid": list(c.grid), "row_bounds": list(c.layout.rows),
+        "col_bounds": list(c.layout.cols),
         "halo_px": halo(ps), "arena_untiled_bytes": p.arena_bytes,
         "lower_bound_untiled_bytes": p.lower_bound_bytes,
         "ratio_to_lower_bound": round(c.plan.arena_bytes / p.lower_bound_bytes, 4)

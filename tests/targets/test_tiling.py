@@ -94,7 +94,10 @@ def test_auto_tiling_lowers_the_fp32_arena_and_reports_it(models):
     assert t["arena_untiled_bytes"] == p0.arena_bytes and t["arena_bytes"] == p.arena_bytes
     assert t["lower_bound_untiled_bytes"] == p0.lower_bound_bytes
     assert p.arena_bytes < p0.lower_bound_bytes  # below the tensor-level bound
-    assert p.figures()["tiling"]["patches"] in ("2x2", "3x3", "4x4")
+    nr, nc = map(int, p.figures()["tiling"]["patches"].split("x"))
+    # auto: within 15 % modelled latency, else (this small chain) the fastest weighed
+    assert nr * nc >= 2 and (t["latency_model"] <= 1.15 or t["latency_model"] == min(
+        c["latency_model"] for c in t["candidates"]))
 
 
 def test_budget_tiles_only_when_the_untiled_arena_misses_it(models):

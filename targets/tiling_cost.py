@@ -1,0 +1,107 @@
+"""A latency model for tiled candidates (tiling_search.py weighs it beside the arena).
+
+Extra MACs alone mislead: a patch's halo adds MACs, but narrow patch rows also waste the
+kernels that work on 16 columns at a time, and each kernel call has a set-up paid once per
+patch. The int8 depthwise (HWC) kernel's time is almost all per channel block and per
+16-column block of each input and output row, not per MAC: on the AVX-512 VNNI EPYC of
+this project, MobileNetV2-96's 17 untiled depthwise layers (per-step profile, fastest of
+12 x 40 runs) fit
+
+    ns = 17.8 cb + 14.2 cb H ceil(W / 16) + 39.1 cb OH ceil(OW / 16),   cb = ceil(C / 16)
+
+within 15 % (the constants below), so a 26-column patch row costs what 32 columns do while
+a whole 48-column row costs 48. The stem also works on 16 output columns at a time; the
+GEMM kernels cost what their MACs say (~7.5 ns per 1000 MACs) plus a call. Copies into and
+out of patch buffers are per byte. The figure reported is the model's latency of the whole
+network tiled over untiled: full-width stripes (halo only vertical) then score by what they
+are, more halo MACs at full column efficiency, against square patches with fewer MACs on
+narrow rows. Other CPUs and fp32 kernels get the same shape with rough constants: the model
+ranks candidates, benchmarks/tiling_arena.py measures them (``--top``).
+"""
+
+from __future__ import annotations
+
+from math import ceil
+
+from .graph import Graph, Step
+from .tiling import Patch, TiledStep, conv_params, macs
+
+BLOCK = 16  # columns the int8 depthwise and stem kernels process at a time
+DW_NS = (17.8, 14.2, 39.1)  # per channel block; x input row blocks; x output row blocks
+STEM_NS_PER_MAC = 0.0131  # per MAC of 16-column output blocks (padded columns count)
+GEMM_NS_PER_MAC = 0.0075  # int8 GEMM kernels (dot, channels-last, fast)
+# fp32 and portable kernels: rough per-MAC costs relative to the int8 GEMM
+NS_PER_MAC = {"es_dwconv2d_f32": 0.15, "es_conv2d_f32": 0.12, "es_conv2d_f32_gemm": 0.03,
+              "es_conv2d_i8": 0.05, "es_conv2d_i8_mcu": 0.05, "es_dwconv2d_i8_mcu": 0.15}
+CALL_NS = 500.0  # set-up of one kernel call
+COPY_NS_PER_BYTE = 0.15
+ELTWISE_NS = 0.2  # per element of an element-wise step (quantize, add)
+
+
+def blocks(n: int) -> int:
+    return ceil(n / BLOCK)
+
+
+def column_factor(fn: str, p: dict) -> float:
+    """Columns a 16-column kernel processes per column of its input row (1 for others)."""
+    w = int(p["W"])
+    if fn not in ("es_dwconv2d_i8_hwc", "es_conv2d_i8_stem") or w <= 0:
+        return 1.0
+    return blocks(w) * BLOCK / w
+
+
+def layer_ns(fn: str, p: dict | None, count: int) -> float:
+    """Modelled ns of one call of a segment layer: a conv with es_conv_params ``p``, or an
+    element-wise step over ``count`` elements."""
+    if p is None:
+        return ELTWISE_NS * count + CALL_NS / 2
+    if fn == "es_dwconv2d_i8_hwc":
+        cb = blocks(int(p["C"]))
+        return cb * (DW_NS[0] + DW_NS[1] * p["H"] * blocks(p["W"])
+                     + DW_NS[2] * p["OH"] * blocks(p["OW"])) + CALL_NS
+    if fn == "es_conv2d_i8_stem":
+        return STEM_NS_PER_MAC * macs(p) * blocks(p["OW"]) * BLOCK / p["OW"] + CALL_NS
+    return NS_PER_MAC.get(fn, GEMM_NS_PER_MAC) * macs(p) + CALL_NS
+
+
+def _patch_copies(st: TiledStep, pa: Patch) -> int:
+    """Bytes a patch copies: its input window in, its output window out, skip windows."""
+    def area(w: tuple[int, int, int, int]) -> int:
+        return (w[1] - w[0]) * (w[3] - w[2])
+
+    n = area(pa.win[0]) * st.channels[0] * st.elem[0]
+    n += area(pa.win[-1]) * st.channels[-1] * st.elem[-1]
+    for sub in pa.sub:
+        if sub is not None:
+            n += area(sub[1]) * st.channels[-1] * st.elem[-1]
+    return n
+
+
+def tiled_cost(st: TiledStep) -> float:
+    """Modelled ns of the tiled segment: every layer on every patch, plus copies."""
+    total = 0.0
+    for pa in st.patches:
+        for k, layer in enumerate(st.layers):
+            total += layer_ns(layer.calls[0].fn, pa.params[k], pa.counts[k])
+        total += COPY_NS_PER_BYTE * _patch_copies(st, pa)
+    return total
+
+
+def step_cost(g: Graph, st: Step) -> float:
+    """Modelled ns of one untiled step: a conv, else per element of its output (the
+    network's other steps, pooling and the classifier, only enter the denominator)."""
+    p = conv_params(st)
+    if p is not None:
+        return layer_ns(st.calls[0].fn, p, 0)
+    size = sum(g.tensors[t].size for t in st.outputs if t in g.tensors)
+    return ELTWISE_NS * size + CALL_NS / 2
+
+
+def model_cost(g: Graph) -> float:
+    return sum(step_cost(g, st) for st in g.steps)
+
+
+def latency_ratio(g: Graph, seg: list[Step], st: TiledStep, untiled: float) -> float:
+    """Modelled latency of the network with ``seg`` tiled as ``st``, over untiled."""
+    seg_cost = sum(step_cost(g, s) for s in seg)
+    return (untiled - seg_cost + tiled_cost(st)) / untiled if untiled else 1.0

@@ -1,0 +1,140 @@
+"""Patch layouts beyond square grids (targets/tiling.py Layout, tiling_search.layouts):
+full-width stripes and uneven column cuts give the untiled output bit for bit (int8)
+through the real compiler, and the search scores candidates by a latency model
+(tiling_cost.py) that charges the 16-column kernels for narrow patch rows, and says which
+layout it chose."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from edgesmith.errors import UsageError
+from edgesmith.targets import codegen, run
+from edgesmith.targets.ir import lower
+from edgesmith.targets.isa import macros
+from edgesmith.targets.planner import plan
+from edgesmith.targets.tiling import Layout, TiledStep, TilingForce, find_segment
+from edgesmith.targets.tiling_cost import column_factor, layer_ns
+from edgesmith.targets.tiling_search import apply, candidates, finish
+from tests.targets._helpers import _qdq, export
+from tests.targets._tiling_nets import mbv2_style
+
+H, W = 45, 39
+ADD2 = "/b4/Add"
+NATIVE = "-O3 -march=native"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    import torch
+
+    d = tmp_path_factory.mktemp("tiling_layouts")
+    fp32 = export(mbv2_style(), torch.randn(1, 3, H, W), d / "mb.onnx")
+    rng = np.random.default_rng(5)
+    qdq = _qdq(fp32, rng.standard_normal((16, 3, H, W)).astype(np.float32), d / "mb_q.onnx")
+    x = rng.standard_normal((1, 3, H, W)).astype(np.float32)
+    ref = d / "ref"
+    codegen.generate(*apply(*_lowered(qdq), "off"), ref, cflags=NATIVE)
+    run.build(ref)
+    return d, qdq, x, run.run(ref, x)
+
+
+def _lowered(src):
+    g = lower(src, "int8", macros("cc", NATIVE))  # the stem and 16-column depthwise kernels
+    return g, plan(g)
+
+
+def _build(g, p, out):
+    if out.exists():
+        shutil.rmtree(out)
+    codegen.generate(g, p, out, cflags=NATIVE)
+    run.build(out)
+    return out
+
+
+def _searched(src, kind: str):
+    """A candidate the search generates whose layout is ``kind``: stripes or uneven."""
+    g, p = _lowered(src)
+    start, seg, ends = find_segment(g)
+    cands = candidates(g, start, seg, ends, 64)
+    pick = {"stripes": lambda c: c.layout.shape[1] == 1,
+            "uneven": lambda c: "cols cut at" in c.layout.describe()}[kind]
+    chosen = [c for c in cands if pick(c) and c.plan.arena_bytes < p.arena_bytes]
+    assert chosen, [c.layout.describe() for c in cands]
+    c = max(chosen, key=lambda c: (c.layers, c.layout.shape))  # the longest segment
+    return (g, p, c, *finish(g, p, c, None, "test", [c]))
+
+
+@pytest.mark.parametrize("kind", ["stripes", "uneven"])
+def test_searched_stripes_and_uneven_cuts_equal_untiled_bit_for_bit(models, kind):
+    d, qdq, x, want = models
+    _, p0, c, g, p = _searched(qdq, kind)
+    got = run.run(_build(g, p, d / kind), x)
+    (st,) = [s for s in g.steps if isinstance(s, TiledStep)]
+    assert st.layout == c.layout and len(st.patches) == np.prod(c.layout.shape)
+    if kind == "stripes":  # every patch row keeps the tensor's whole width
+        assert all(pa.win[j][3] - pa.win[j][2] == st.full_hw[j][1]
+                   for pa in st.patches for j in range(1, len(st.tensors)))
+    else:
+        widths = {pa.win[-1][3] - pa.win[-1][2] for pa in st.patches}
+        assert len(widths) == 2  # two different column widths
+    assert np.array_equal(got, want)
+    assert p.arena_bytes < p0.arena_bytes
+
+
+def test_forced_stripes_equal_untiled_and_plan_says_stripes(models, cli):
+    d, qdq, x, want = models
+    g, p = apply(*_lowered(qdq), TilingForce(patches=3, cols=1, split=ADD2))
+    out = _build(g, p, d / "forced_stripes")
+    assert np.array_equal(run.run(out, x), want)
+    assert p.tiling["grid"] == [3, 1] and p.tiling["layout"] == "3x1 stripes"
+    r = cli("plan", out)
+    assert r.code == 0, r.err
+    assert "3x1 patches (3x1 stripes) over" in r.out and "modelled latency" in r.out
+
+
+def test_forced_columns_wider_than_the_split_output_is_a_usage_error(models):
+    _, qdq, _, _ = models
+    with pytest.raises(UsageError) as e:
+        apply(*_lowered(qdq), TilingForce(patches=2, cols=16, split=ADD2))
+    assert e.value.where == "options.tiling.patches" and "2x16" in str(e.value)
+
+
+def test_narrow_rows_cost_the_16_column_kernels_whole_blocks():
+    p = {"M": 32, "C": 32, "group": 32, "KH": 3, "KW": 3, "OH": 24, "OW": 26, "H": 26,
+         "W": 26, "SH": 1, "SW": 1, "DH": 1, "DW": 1}
+    assert column_factor("es_dwconv2d_i8_hwc", p) == pytest.approx(32 / 26)
+    assert column_factor("es_dwconv2d_i8_hwc", {**p, "W": 48}) == 1.0
+    assert column_factor("es_conv2d_i8_dot", p) == 1.0  # GEMM: columns are not blocked
+    # two 26-wide halves of a 48-wide row (the halo: 4 more columns) cost more than
+    # the whole row by more than the halo's share: 2 x 2 blocks against 3
+    half = layer_ns("es_dwconv2d_i8_hwc", p, 0)
+    whole = layer_ns("es_dwconv2d_i8_hwc", {**p, "W": 48, "OW": 48, "H": 24}, 0)
+    assert 2 * half > whole * 52 / 48 * 1.2
+    # a GEMM's cost follows its MACs
+    g1 = layer_ns("es_conv2d_i8_dot", {**p, "group": 1, "KH": 1, "KW": 1}, 0)
+    g2 = layer_ns("es_conv2d_i8_dot", {**p, "group": 1, "KH": 1, "KW": 1, "OW": 52}, 0)
+    assert g2 > 1.9 * g1
+
+
+def test_budget_picks_the_fitting_candidate_the_model_deems_fastest(models):
+    _, qdq, _, _ = models
+    g, p0 = _lowered(qdq)
+    _, p = apply(g, plan(g), "auto")
+    budget = (p0.arena_bytes + p.arena_bytes) // 2
+    _, pb = apply(g, plan(g), None, budget)
+    t = pb.tiling
+    start, seg, ends = find_segment(g)
+    fitting = [c for c in candidates(g, start, seg, ends, 64) if c.plan.arena_bytes <= budget]
+    best = min(fitting, key=lambda c: c.latency)
+    assert t["chosen_by"] == "budget" and pb.arena_bytes <= budget
+    assert t["latency_model"] == round(best.latency, 4) and t["layout"] == best.layout.describe()
+
+
+def test_layout_describes_stripes_and_uneven_cuts():
+    assert Layout.even(24, 24, 2, 2).describe() == "2x2"
+    assert Layout.even(24, 24, 4, 1).describe() == "4x1 stripes"
+    assert Layout((0, 12, 24), (0, 14, 24)).describe() == "2x2, cols cut at 14"
