@@ -38,7 +38,8 @@ from edgesmith.targets.int8_input import fold_input_quantize  # noqa: E402
 from edgesmith.targets.ir import lower  # noqa: E402
 from edgesmith.targets.isa import macros  # noqa: E402
 from edgesmith.targets.planner import plan  # noqa: E402
-from edgesmith.targets.tiling_search import apply  # noqa: E402
+from edgesmith.targets.tiling import find_segment  # noqa: E402
+from edgesmith.targets.tiling_search import apply, candidates, finish  # noqa: E402
 from tests.targets._helpers import _qdq, export  # noqa: E402
 
 CFLAGS = "-O3 -march=native"
@@ -55,7 +56,7 @@ def _models(work: Path, size: int) -> dict[str, Path]:
     return {"fp32": fp32, "int8": _qdq(fp32, calib, work / "mnv2_q.onnx")}
 
 
-def _builds(src: Path, precision: str, work: Path) -> dict[str, dict]:
+def _builds(src: Path, precision: str, work: Path, top: int = 0) -> dict[str, dict]:
     """untiled, tiled for half the bound, tiled auto (int8: with the float input, then with
     the int8 input of C option ``input: int8``): folder and plan figures of each. The bound
     is the untiled float-input model's (the int8-input model's is the same here)."""
@@ -70,14 +71,27 @@ def _builds(src: Path, precision: str, work: Path) -> dict[str, dict]:
         runs += [("int8_input_untiled", gi, "off", None),
                  ("int8_input_tiled_half_bound", gi, None, p0.lower_bound_bytes // 2),
                  ("int8_input_tiled_auto", gi, "auto", None)]
-    for tag, g1, option, budget in runs:
-        g, p = apply(g1, plan(g1), option, budget)
+    made = [(tag, *apply(g1, plan(g1), option, budget)) for tag, g1, option, budget in runs]
+    if precision == "int8" and top:
+        made += _top_candidates(gi, p0.lower_bound_bytes // 2, top)
+    for tag, g, p in made:
         folder = work / f"{precision}_{tag}"
         codegen.generate(g, p, folder, cflags=CFLAGS)
         run.build(folder)
         out[tag] = {"folder": folder, "arena_bytes": p.arena_bytes,
                     "lower_bound_untiled_bytes": p0.lower_bound_bytes, "tiling": p.tiling}
     return out
+
+
+def _top_candidates(g, budget: int, top: int) -> list[tuple[str, object, object]]:
+    """The ``top`` candidates within ``budget`` the latency model (tiling_cost.py) deems
+    fastest, int8 input: measured beside the one the search picks, to check its ranking."""
+    start, seg, ends = find_segment(g)
+    p = plan(g)
+    fits = sorted((c for c in candidates(g, start, seg, ends, 64)
+                   if c.plan.arena_bytes <= budget), key=lambda c: c.latency)[:top]
+    return [(f"int8_input_model{i}", *finish(g, p, c, budget, f"model rank {i}", [c]))
+            for i, c in enumerate(fits)]
 
 
 def _latency(folder: Path, runs: int) -> tuple[float, float]:
@@ -132,7 +146,8 @@ def _figures(builds: dict[str, dict], times: dict[str, list[float]],
             "arena_bytes": b["arena_bytes"], "lower_bound_untiled_bytes":
                 b["lower_bound_untiled_bytes"],
             "ratio_to_lower_bound": round(b["arena_bytes"] / b["lower_bound_untiled_bytes"], 4),
-            "patches": t.get("patches"), "split": t.get("split"), "layers": t.get("layers"),
+            "patches": t.get("patches"), "layout": t.get("layout"), "split": t.get("split"),
+            "layers": t.get("layers"), "latency_model": t.get("latency_model", 1.0),
             "halo_px": t.get("halo_px"), "extra_macs": t.get("extra_macs", 0),
             "extra_macs_pct": t.get("extra_macs_pct", 0.0),
             "p50_ms_per_round": [round(x, 3) for x in times[tag]],
@@ -151,6 +166,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--precisions", default="int8,fp32")
+    ap.add_argument("--top", type=int, default=0,
+                    help="int8: also measure the N candidates within half the bound the "
+                         "latency model deems fastest (int8 input)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
@@ -158,7 +176,7 @@ def main() -> None:
         doc = {"network": f"MobileNetV2 1.0, {a.size}x{a.size}, 1000 classes, random weights",
                "cflags": CFLAGS, "cpu": _cpu(), "rounds": a.rounds, "runs_per_round": a.runs}
         for prec in a.precisions.split(","):
-            builds = _builds(models[prec], prec, work)
+            builds = _builds(models[prec], prec, work, a.top)
             same = _same_output(builds, a.size, prec == "int8")
             doc[prec] = _figures(builds, _rounds(builds, a.rounds, a.runs), same)
     print(json.dumps(doc, indent=1))
