@@ -80,17 +80,24 @@ def dw_hwc_scratch(p: dict) -> int:
             + 16 * obc + 64 * kh * ((kw + 1) // 2 + 1) + 4 * (3 * kh + b - 1))
 
 
+def dw_f32_lanes(p: dict) -> bool:
+    """Whether es_dwconv2d_f32 runs 16 channels in the lanes; mirrors ES_F32_DW_LANES."""
+    n = p["OH"] * p["OW"]
+    return n <= 64 or (n <= 256 and p["KH"] * p["KW"] >= 25)
+
+
 def dw_f32_scratch(p: dict) -> int:
-    """Bytes of es_dwconv2d_f32 scratch; mirrors ES_F32_DW_SCRATCH: on planes of at most
-    64 outputs 16 channels' padded input, outputs, weights and biases; otherwise the SH x SW
+    """Bytes of es_dwconv2d_f32 scratch; mirrors ES_F32_DW_SCRATCH: on planes in the lanes
+    (ES_F32_DW_LANES) 16 channels' padded input, one output row, weights and biases; otherwise
+    the SH x SW
     stride phases of one padded channel plane (HQ x WQ each, plus WQ + 32 floats read past the
     end), the OH x WQ output grid + 32, and one padded row of WQ * SW floats."""
     def q(o: str, k: str, s: str, d: str) -> int:
         return ((p[o] - 1) * p[s] + (p[k] - 1) * p[d] + p[s]) // p[s]
 
-    if p["OH"] * p["OW"] <= 64:  # ES_F32_DW_LANES: 16 channels in the lanes
+    if dw_f32_lanes(p):
         hp, wp = padded(p)
-        return 64 * (hp * wp + p["OH"] * p["OW"] + p["KH"] * p["KW"] + 1)
+        return 64 * (hp * wp + p["OW"] + p["KH"] * p["KW"] + 1)
     hq, wq = q("OH", "KH", "SH", "DH"), q("OW", "KW", "SW", "DW")
     return 4 * (p["SH"] * p["SW"] * (hq * wq + wq + 32) + p["OH"] * wq + 32 + wq * p["SW"])
 

@@ -286,7 +286,8 @@ typedef struct { /* es_global_avgpool_i8: C channels of HW int8 values -> C mean
 /* ---- float32 kernels ------------------------------------------------------------------- */
 void es_conv2d_f32(const float *x, const float *w, const float *b, float *y,
                    const es_conv_params *p);
-/* fast paths (kernels/conv_f32_fast.c): one-group 8x32 GEMM on packed weights; depthwise.
+/* fast paths: kernels/conv_f32_fast.c, one-group 8x32 GEMM on packed weights;
+ * kernels/dwconv_f32.c, depthwise (es_dwconv2d_f32, scratch below).
  * The GEMM reads a 1x1 stride-1 unpadded conv's input in place (ES_F32_GEMM_DIRECT: K row
  * offsets twice and a 32-pixel im2col tile for the last partial tile), every other conv
  * from the stride phases of each channel's padded plane (K row offsets, an 8 x 32 output
@@ -309,14 +310,16 @@ void es_conv2d_f32(const float *x, const float *w, const float *b, float *y,
  * groups of at most ES_F32_DW_MAXTAPS. */
 #define ES_F32_DW_MAXTAPS 64
 #define ES_F32_DW_HQ(O, K, S, D) ((((O) - 1) * (S) + ((K) - 1) * (D) + (S)) / (S))
-/* planes of at most 64 outputs run 16 channels in the lanes: the padded input of 16
- * channels as [Hp][Wp][16], the [OH OW][16] outputs, the [KH KW][16] weights and 16 biases */
-#define ES_F32_DW_LANES(OH, OW) ((OH) * (OW) <= 64)
+/* planes of at most 64 outputs, or of at most 256 with 25+ taps (5 x 5 on 14 x 14), run
+ * 16 channels in the lanes: the padded input of 16 channels as [Hp][Wp][16], one output
+ * row [OW][16], the [KH KW][16] weights and 16 biases */
+#define ES_F32_DW_LANES(OH, OW, KH, KW)                                                    \
+    ((OH) * (OW) <= 64 || ((OH) * (OW) <= 256 && (KH) * (KW) >= 25))
 #define ES_F32_DW_SCRATCH(OH, OW, KH, KW, SH, SW, DH, DW)                                  \
-    (ES_F32_DW_LANES(OH, OW)                                                              \
+    (ES_F32_DW_LANES(OH, OW, KH, KW)                                                      \
          ? 64u * (((unsigned)((OH) - 1) * (unsigned)(SH) + (unsigned)((KH) - 1) * (unsigned)(DH) + 1u) * \
                       ((unsigned)((OW) - 1) * (unsigned)(SW) + (unsigned)((KW) - 1) * (unsigned)(DW) + 1u) + \
-                  (unsigned)((OH) * (OW)) + (unsigned)((KH) * (KW)) + 1u)                     \
+                  (unsigned)(OW) + (unsigned)((KH) * (KW)) + 1u)                              \
          : ES_F32_DW_PHASE_SCRATCH(OH, OW, KH, KW, SH, SW, DH, DW))
 #define ES_F32_DW_PHASE_SCRATCH(OH, OW, KH, KW, SH, SW, DH, DW)                            \
     (4u * ((unsigned)((SH) * (SW)) *                                                      \

@@ -34,11 +34,21 @@ static void dwf_taps(float *out, const float *const *src, const float *w, int nt
     for (o = 0; o < n; o += ES_DWF_CHUNK) {
         __m512 a0 = more ? _mm512_loadu_ps(out + o) : _mm512_set1_ps(bias);
         __m512 a1 = more ? _mm512_loadu_ps(out + o + 16) : _mm512_set1_ps(bias);
-        for (t = 0; t < nt; ++t) {
+        __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps(); /* odd taps */
+        for (t = 0; t + 1 < nt; t += 2) {
+            const __m512 wv = _mm512_set1_ps(w[t]), wu = _mm512_set1_ps(w[t + 1]);
+            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(src[t] + o), wv, a0);
+            a1 = _mm512_fmadd_ps(_mm512_loadu_ps(src[t] + o + 16), wv, a1);
+            b0 = _mm512_fmadd_ps(_mm512_loadu_ps(src[t + 1] + o), wu, b0);
+            b1 = _mm512_fmadd_ps(_mm512_loadu_ps(src[t + 1] + o + 16), wu, b1);
+        }
+        if (t < nt) {
             const __m512 wv = _mm512_set1_ps(w[t]);
             a0 = _mm512_fmadd_ps(_mm512_loadu_ps(src[t] + o), wv, a0);
             a1 = _mm512_fmadd_ps(_mm512_loadu_ps(src[t] + o + 16), wv, a1);
         }
+        a0 = _mm512_add_ps(a0, b0);
+        a1 = _mm512_add_ps(a1, b1);
         if (clamp) {
             a0 = _mm512_min_ps(_mm512_max_ps(a0, vlo), vhi);
             a1 = _mm512_min_ps(_mm512_max_ps(a1, vlo), vhi);
@@ -53,17 +63,28 @@ static void dwf_taps(float *out, const float *const *src, const float *w, int nt
     const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
     int o, t, i;
     for (o = 0; o < n; o += ES_DWF_CHUNK) {
-        __m256 a[4];
-        for (i = 0; i < 4; ++i)
+        __m256 a[4], e[4]; /* e: the odd taps */
+        for (i = 0; i < 4; ++i) {
             a[i] = more ? _mm256_loadu_ps(out + o + 8 * i) : _mm256_set1_ps(bias);
-        for (t = 0; t < nt; ++t) {
+            e[i] = _mm256_setzero_ps();
+        }
+        for (t = 0; t < nt; t += 2) {
             const __m256 wv = _mm256_set1_ps(w[t]);
             const float *s = src[t] + o;
             a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(s), wv, a[0]);
             a[1] = _mm256_fmadd_ps(_mm256_loadu_ps(s + 8), wv, a[1]);
             a[2] = _mm256_fmadd_ps(_mm256_loadu_ps(s + 16), wv, a[2]);
             a[3] = _mm256_fmadd_ps(_mm256_loadu_ps(s + 24), wv, a[3]);
+            if (t + 1 < nt) {
+                const __m256 wu = _mm256_set1_ps(w[t + 1]);
+                const float *u = src[t + 1] + o;
+                e[0] = _mm256_fmadd_ps(_mm256_loadu_ps(u), wu, e[0]);
+                e[1] = _mm256_fmadd_ps(_mm256_loadu_ps(u + 8), wu, e[1]);
+                e[2] = _mm256_fmadd_ps(_mm256_loadu_ps(u + 16), wu, e[2]);
+                e[3] = _mm256_fmadd_ps(_mm256_loadu_ps(u + 24), wu, e[3]);
+            }
         }
+        for (i = 0; i < 4; ++i) a[i] = _mm256_add_ps(a[i], e[i]);
         for (i = 0; i < 4; ++i) {
             if (clamp) a[i] = _mm256_min_ps(_mm256_max_ps(a[i], vlo), vhi);
             _mm256_storeu_ps(out + o + 8 * i, a[i]);
@@ -109,57 +130,253 @@ static void dwf_taps(float *out, const float *const *src, const float *w, int nt
 }
 #endif
 
-/* Small planes (ES_F32_DW_LANES: at most 64 outputs, late in a MobileNet), 16 channels in
- * the lanes, as XNNPACK's f32-dwconv does on NHWC: per block of 16 channels the padded
- * input is transposed to [Hp][Wp][16] and the weights to [tap][16], each output pixel is
- * one 16-lane sum over the taps, and the [OH OW][16] results go back to the channel planes.
- * Per channel, the phase kernel's fixed work (phase copies, a 32-wide pass for 9 outputs)
- * cost more than its multiplies on 3 x 3 and 6 x 6 planes. The 16-lane loops are plain C,
- * vectorised by the compiler (one zmm, two ymm or four q registers). */
+/* ---- channels in the lanes ---------------------------------------------------------------
+ * Small planes (ES_F32_DW_LANES: at most 64 outputs, or 256 with 25 or more taps)
+ * run 16 channels in the lanes, as XNNPACK's
+ * f32-dwconv does on NHWC (src/f32-dwconv, e.g. 25p16c-minmax-avx512f: channels in the
+ * vector, taps unrolled): per block of 16 channels the padded input is transposed to
+ * [Hp][Wp][16] and the weights to [tap][16]; each output pixel is then one 16-lane sum over
+ * the taps with no lane idle, whatever the plane's width (a 7 x 7 plane fills 7 of 16 lanes
+ * in a row-vectorised kernel, and the phase kernel's fixed work per channel, its phase
+ * copies and row copies, cost more than its multiplies on 7 x 7 to 14 x 14 planes).
+ * ES_DWL_NP pixels of an output row go at once, so each tap's weight vector is loaded once
+ * for all of them (AVX-512: 8 pixels x one zmm; AVX2: 4 x two ymm; NEON: 4 x four q), the
+ * activation is applied in registers, and each finished row of [OW][16] goes back to the
+ * 16 channel planes. The padding is zeroed once per call: a block writes only the
+ * interior, and lanes past the last channel compute values nobody reads. */
 #define ES_DWL 16
+
+#if defined(__AVX512F__)
+typedef __m512 dwl_v; /* 16 channels in one zmm */
+#define ES_DWL_VL 16
+#define ES_DWL_NP 8
+#define DWL_LOAD(s) _mm512_loadu_ps(s)
+#define DWL_STORE(d, v) _mm512_storeu_ps(d, v)
+#define DWL_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define DWL_ACT(v, p) act512v(v, (p)->act, (p)->a0, (p)->a1)
+#elif defined(__AVX2__) && defined(__FMA__)
+typedef __m256 dwl_v;
+#define ES_DWL_VL 8
+#define ES_DWL_NP 4
+#define DWL_LOAD(s) _mm256_loadu_ps(s)
+#define DWL_STORE(d, v) _mm256_storeu_ps(d, v)
+#define DWL_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define DWL_ACT(v, p) act256v(v, (p)->act, (p)->a0, (p)->a1)
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+typedef float32x4_t dwl_v;
+#define ES_DWL_VL 4
+#define ES_DWL_NP 4
+#define DWL_LOAD(s) vld1q_f32(s)
+#define DWL_STORE(d, v) vst1q_f32(d, v)
+#define DWL_FMA(a, b, c) vfmaq_f32(c, a, b)
+#define DWL_ACT(v, p) act_neonv(v, (p)->act, (p)->a0, (p)->a1)
+#else
+typedef float dwl_v; /* portable: one channel per "vector" */
+#define ES_DWL_VL 1
+#define ES_DWL_NP 2
+#define DWL_LOAD(s) (*(s))
+#define DWL_STORE(d, v) (*(d) = (v))
+#define DWL_FMA(a, b, c) ((a) * (b) + (c))
+#define DWL_ACT(v, p) es_act_f32(v, (p)->act, (p)->a0, (p)->a1)
+#endif
+#define ES_DWL_NV (ES_DWL / ES_DWL_VL)
+
+#if defined(__GNUC__)
+#define ES_DW_INLINE static inline __attribute__((always_inline))
+#else
+#define ES_DW_INLINE static inline
+#endif
+
+/* t[j][16] = act(bias + sum over taps of w[tap] s[tap]) for the NP pixels j of a row that
+ * start at s (xp at the first pixel's top-left tap); pixel j's taps are s + j SW 16 */
+ES_DW_INLINE void dwl_pixels(const float *s, const float *wl, const float *bl, float *t,
+                             int Wp, const es_conv_params *p, const int NP) {
+    dwl_v acc[ES_DWL_NP][ES_DWL_NV];
+    const size_t sx = (size_t)p->SW * ES_DWL;
+    int j, v, kh, kw;
+    for (j = 0; j < NP; ++j)
+        for (v = 0; v < ES_DWL_NV; ++v) acc[j][v] = DWL_LOAD(bl + v * ES_DWL_VL);
+    for (kh = 0; kh < p->KH; ++kh)
+        for (kw = 0; kw < p->KW; ++kw) {
+            const float *sk = s + ((size_t)kh * p->DH * Wp + (size_t)kw * p->DW) * ES_DWL;
+            const float *wt = wl + (size_t)(kh * p->KW + kw) * ES_DWL;
+            dwl_v wv[ES_DWL_NV];
+            for (v = 0; v < ES_DWL_NV; ++v) wv[v] = DWL_LOAD(wt + v * ES_DWL_VL);
+            for (j = 0; j < NP; ++j)
+                for (v = 0; v < ES_DWL_NV; ++v)
+                    acc[j][v] = DWL_FMA(DWL_LOAD(sk + j * sx + v * ES_DWL_VL), wv[v], acc[j][v]);
+        }
+    for (j = 0; j < NP; ++j)
+        for (v = 0; v < ES_DWL_NV; ++v)
+            DWL_STORE(t + j * ES_DWL + v * ES_DWL_VL, DWL_ACT(acc[j][v], p));
+}
+
+/* np <= ES_DWL_NP pixels, np a constant in each case so the accumulators are registers
+ * (a row of 7 run one pixel at a time waited on one FMA chain per tap) */
+static void dwl_run(const float *s, const float *wl, const float *bl, float *t, int Wp,
+                    const es_conv_params *p, int np) {
+    switch (np) {
+#if ES_DWL_NP > 4
+    case 8: dwl_pixels(s, wl, bl, t, Wp, p, 8); break;
+    case 7: dwl_pixels(s, wl, bl, t, Wp, p, 7); break;
+    case 6: dwl_pixels(s, wl, bl, t, Wp, p, 6); break;
+    case 5: dwl_pixels(s, wl, bl, t, Wp, p, 5); break;
+#endif
+#if ES_DWL_NP > 2
+    case 4: dwl_pixels(s, wl, bl, t, Wp, p, 4); break;
+    case 3: dwl_pixels(s, wl, bl, t, Wp, p, 3); break;
+#endif
+    case 2: dwl_pixels(s, wl, bl, t, Wp, p, 2); break;
+    default: dwl_pixels(s, wl, bl, t, Wp, p, 1); break;
+    }
+}
+
+/* the 16 channels of block c0 (nc of them real) into the interior of xp, and their
+ * weights and biases into wl [tap][16] and bl [16] */
+static void dwl_block_in(const float *x, const float *w, const float *b, int c0, int nc,
+                         float *xp, float *wl, float *bl, int Hp, int Wp,
+                         const es_conv_params *p) {
+    const int ksz = p->KH * p->KW, rows = p->H < Hp - p->PT ? p->H : Hp - p->PT;
+    const int cols = p->W < Wp - p->PL ? p->W : Wp - p->PL;
+    int l, t, ih, iw;
+    for (l = 0; l < nc; ++l) {
+        const float *xc = x + (size_t)(c0 + l) * p->H * p->W;
+        for (t = 0; t < ksz; ++t) wl[t * ES_DWL + l] = w[(size_t)(c0 + l) * ksz + t];
+        bl[l] = b[c0 + l];
+        for (ih = 0; ih < rows; ++ih) {
+            float *d = xp + ((size_t)(ih + p->PT) * Wp + (size_t)p->PL) * ES_DWL + l;
+            const float *s = xc + (size_t)ih * p->W;
+            for (iw = 0; iw < cols; ++iw) d[(size_t)iw * ES_DWL] = s[iw];
+        }
+    }
+}
+
 static void dw_lanes(const float *x, const float *w, const float *b, float *scratch, float *y,
                      const es_conv_params *p) {
     const int OH = p->OH, OW = p->OW, KH = p->KH, KW = p->KW, ksz = KH * KW, P = OH * OW;
     const int Hp = (OH - 1) * p->SH + (KH - 1) * p->DH + 1;
     const int Wp = (OW - 1) * p->SW + (KW - 1) * p->DW + 1;
-    float *xp = scratch, *out = xp + (size_t)Hp * Wp * ES_DWL, *wl = out + (size_t)P * ES_DWL;
+    float *xp = scratch, *row = xp + (size_t)Hp * Wp * ES_DWL, *wl = row + (size_t)OW * ES_DWL;
     float *bl = wl + (size_t)ksz * ES_DWL;
-    int c0, l, t, ih, iw, oh, ow, kh, kw, o;
+    int c0, l, oh, ow;
+    memset(xp, 0, sizeof(float) * (size_t)Hp * Wp * ES_DWL);
+    memset(wl, 0, sizeof(float) * (size_t)(ksz + 1) * ES_DWL);
     for (c0 = 0; c0 < p->C; c0 += ES_DWL) {
         const int nc = p->C - c0 < ES_DWL ? p->C - c0 : ES_DWL;
-        memset(xp, 0, sizeof(float) * (size_t)Hp * Wp * ES_DWL);
-        memset(wl, 0, sizeof(float) * (size_t)(ksz + 1) * ES_DWL);
-        for (l = 0; l < nc; ++l) {
-            const float *xc = x + (size_t)(c0 + l) * p->H * p->W;
-            for (t = 0; t < ksz; ++t) wl[t * ES_DWL + l] = w[(size_t)(c0 + l) * ksz + t];
-            bl[l] = b[c0 + l];
-            for (ih = 0; ih < p->H; ++ih) {
-                const int r = ih + p->PT;
-                if (r >= Hp) break;
-                for (iw = 0; iw < p->W && iw + p->PL < Wp; ++iw)
-                    xp[((size_t)r * Wp + iw + p->PL) * ES_DWL + l] = xc[(size_t)ih * p->W + iw];
+        dwl_block_in(x, w, b, c0, nc, xp, wl, bl, Hp, Wp, p);
+        for (oh = 0; oh < OH; ++oh) {
+            const float *s = xp + (size_t)oh * p->SH * Wp * ES_DWL;
+            for (ow = 0; ow < OW; ow += ES_DWL_NP)
+                dwl_run(s + (size_t)ow * p->SW * ES_DWL, wl, bl, row + ow * ES_DWL, Wp, p,
+                        OW - ow < ES_DWL_NP ? OW - ow : ES_DWL_NP);
+            for (l = 0; l < nc; ++l) {
+                float *yr = y + (size_t)(c0 + l) * P + (size_t)oh * OW;
+                for (ow = 0; ow < OW; ++ow) yr[ow] = row[ow * ES_DWL + l];
             }
-        }
-        for (oh = 0; oh < OH; ++oh)
-            for (ow = 0; ow < OW; ++ow) {
-                float acc[ES_DWL], *d = out + ((size_t)oh * OW + ow) * ES_DWL;
-                for (l = 0; l < ES_DWL; ++l) acc[l] = bl[l];
-                for (kh = 0; kh < KH; ++kh)
-                    for (kw = 0; kw < KW; ++kw) {
-                        const float *s = xp + ((size_t)(oh * p->SH + kh * p->DH) * Wp +
-                                               (size_t)(ow * p->SW + kw * p->DW)) * ES_DWL;
-                        const float *wt = wl + (size_t)(kh * KW + kw) * ES_DWL;
-                        for (l = 0; l < ES_DWL; ++l) acc[l] += wt[l] * s[l];
-                    }
-                for (l = 0; l < ES_DWL; ++l) d[l] = acc[l];
-            }
-        if (p->act != ES_ACT_NONE) act_row(out, out, P * ES_DWL, p->act, p->a0, p->a1);
-        for (l = 0; l < nc; ++l) {
-            float *yc = y + (size_t)(c0 + l) * P;
-            for (o = 0; o < P; ++o) yc[o] = out[(size_t)o * ES_DWL + l];
         }
     }
 }
+
+/* ---- AVX-512: straight from the channel planes -------------------------------------------
+ * On a wide plane the phase kernel's copies (each input row into its phase, each output row
+ * out of the OH x WQ grid) moved the plane's bytes twice more: a third of a 112 x 112
+ * stride-1 conv's time went to memcpy. With AVX-512 masks a tap reads its input row where it
+ * lies: lanes whose column falls in the padding are masked off (zero), stride 2 takes the
+ * even lanes of 32 loaded columns with one permute, and each output row is stored in place
+ * under a mask with the activation applied in registers. Two output rows of 32 columns go at
+ * once, as XNNPACK's f32-dwconv2d-chw kernels do (src/f32-dwconv2d-chw, 2x4 tiles): an
+ * input row both of them read is loaded once and multiplied into both, and the four
+ * accumulators keep four FMA chains in flight. Rows narrower than 24 outputs stay on the
+ * phase kernel, whose flat grid fills the lanes. */
+#if defined(__AVX512F__)
+#define ES_DWD_MASK(n) ((n) >= 16 ? 0xFFFFu : (n) <= 0 ? 0u : (1u << (n)) - 1u)
+#define ES_DW_DIRECT(p) ((p)->SW == 2 && (p)->DH == 1 && (p)->OW >= 24 && (p)->KW <= ES_DWD_MAXKW)
+
+/* the lanes of 16 SW columns from c that lie in [0, W) */
+static inline unsigned long long dwd_mask(int c, int W, int SW) {
+    const int n = 16 * SW, lo = c < 0 ? -c : 0, hi = W - c < n ? W - c : n;
+    return hi <= lo ? 0ull : ((1ull << hi) - 1ull) & ~((1ull << lo) - 1ull);
+}
+
+/* 16 outputs' input columns c, c + SW, ... (SW 1 or 2) of row xr, lanes outside m zero */
+static inline __m512 dwd_load(const float *xr, int c, unsigned long long m, int SW) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                           28, 30);
+    if (SW == 1)
+        return m == 0xFFFFu ? _mm512_loadu_ps(xr + c) : _mm512_maskz_loadu_ps((__mmask16)m, xr + c);
+    return _mm512_permutex2var_ps(_mm512_maskz_loadu_ps((__mmask16)m, xr + c), even,
+                                  _mm512_maskz_loadu_ps((__mmask16)(m >> 16), xr + c + 16));
+}
+
+#define ES_DWD_MAXKW 16
+/* output rows oh and oh + 1 (when two), columns [ow, ow + n), n <= 32, of channel c; m the
+ * column masks of each kw (two halves of 32 outputs) */
+static inline void dwd_rows(const float *xc, const float *wc, float bias, float *yc, int oh,
+                            int two, int ow, int n, int SW, const unsigned long long *m,
+                            const es_conv_params *p) {
+    const int W = p->W, KH = p->KH, KW = p->KW, SH = p->SH, ih0 = oh * SH - p->PT;
+    const int c0 = ow * SW - p->PL;
+    __m512 a0 = _mm512_set1_ps(bias), a1 = a0, b0 = a0, b1 = a0;
+    int i, kw;
+    for (i = 0; i < KH + (two ? SH : 0); ++i) { /* input rows ih0 + i */
+        const int ih = ih0 + i, ka = i, kb = i - SH; /* the tap rows of oh and oh + 1 */
+        const float *xr;
+        if (ih < 0 || ih >= p->H) continue; /* a padding row: adds zero */
+        xr = xc + (size_t)ih * W;
+        for (kw = 0; kw < KW; ++kw) {
+            const int c = c0 + kw * p->DW;
+            const __m512 v0 = dwd_load(xr, c, m[2 * kw], SW);
+            const __m512 v1 = dwd_load(xr, c + 16 * SW, m[2 * kw + 1], SW);
+            if (ka < KH) {
+                const __m512 wa = _mm512_set1_ps(wc[ka * KW + kw]);
+                a0 = _mm512_fmadd_ps(v0, wa, a0);
+                a1 = _mm512_fmadd_ps(v1, wa, a1);
+            }
+            if (two && kb >= 0) {
+                const __m512 wb = _mm512_set1_ps(wc[kb * KW + kw]);
+                b0 = _mm512_fmadd_ps(v0, wb, b0);
+                b1 = _mm512_fmadd_ps(v1, wb, b1);
+            }
+        }
+    }
+    yc += (size_t)oh * p->OW + ow;
+    _mm512_mask_storeu_ps(yc, (__mmask16)ES_DWD_MASK(n), act512v(a0, p->act, p->a0, p->a1));
+    _mm512_mask_storeu_ps(yc + 16, (__mmask16)ES_DWD_MASK(n - 16),
+                          act512v(a1, p->act, p->a0, p->a1));
+    if (two) {
+        yc += p->OW;
+        _mm512_mask_storeu_ps(yc, (__mmask16)ES_DWD_MASK(n), act512v(b0, p->act, p->a0, p->a1));
+        _mm512_mask_storeu_ps(yc + 16, (__mmask16)ES_DWD_MASK(n - 16),
+                              act512v(b1, p->act, p->a0, p->a1));
+    }
+}
+
+static void dw_direct(const float *x, const float *w, const float *b, float *y,
+                      const es_conv_params *p) {
+    const int OH = p->OH, OW = p->OW, ksz = p->KH * p->KW, SW = p->SW;
+    unsigned long long m[(OW + 31) / 32][2 * ES_DWD_MAXKW];
+    int c, oh, ow, kw;
+    for (ow = 0; ow < OW; ow += 32) /* columns past the row's end are masked off too */
+        for (kw = 0; kw < p->KW; ++kw) {
+            const int c0 = ow * SW - p->PL + kw * p->DW, n = OW - ow < 32 ? OW - ow : 32;
+            const int lim = c0 + (n - 1) * SW + 1 < p->W ? c0 + (n - 1) * SW + 1 : p->W;
+            m[ow / 32][2 * kw] = dwd_mask(c0, lim, SW);
+            m[ow / 32][2 * kw + 1] = dwd_mask(c0 + 16 * SW, lim, SW);
+        }
+    for (c = 0; c < p->C; ++c) {
+        const float *xc = x + (size_t)c * p->H * p->W, *wc = w + (size_t)c * ksz;
+        float *yc = y + (size_t)c * OH * OW;
+        for (oh = 0; oh < OH; oh += 2)
+            for (ow = 0; ow < OW; ow += 32) {
+                const int n = OW - ow < 32 ? OW - ow : 32;
+                if (SW == 1)
+                    dwd_rows(xc, wc, b[c], yc, oh, oh + 1 < OH, ow, n, 1, m[ow / 32], p);
+                else
+                    dwd_rows(xc, wc, b[c], yc, oh, oh + 1 < OH, ow, n, 2, m[ow / 32], p);
+            }
+    }
+}
+#endif
 
 void es_dwconv2d_f32(const float *x, const float *w, const float *b, float *scratch,
                      float *y, const es_conv_params *p) {
@@ -173,10 +390,16 @@ void es_dwconv2d_f32(const float *x, const float *w, const float *b, float *scra
     float *ph = scratch, *ext = ph + (size_t)SH * SW * pq, *row = ext + n + ES_DWF_CHUNK;
     const float *src[ES_F32_DW_MAXTAPS];
     int c, t, t0, oh;
-    if (ES_F32_DW_LANES(OH, OW)) {
+    if (ES_F32_DW_LANES(OH, OW, KH, KW)) {
         dw_lanes(x, w, b, scratch, y, p);
         return;
     }
+#if defined(__AVX512F__)
+    if (ES_DW_DIRECT(p)) {
+        dw_direct(x, w, b, y, p);
+        return;
+    }
+#endif
     memset(ph, 0, sizeof(float) * (size_t)SH * SW * pq); /* padding and slack, see es_f32_phases */
     memset(row, 0, sizeof(float) * (size_t)WQ * SW);
     for (c = 0; c < p->C; ++c) {

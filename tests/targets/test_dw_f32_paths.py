@@ -1,0 +1,85 @@
+"""Each path of the fp32 depthwise kernel against the reference es_conv2d_f32, on odd
+shapes swept rather than picked: input widths 1 to 33 with 3x3 and 5x5 taps, stride 1 and
+2, padding that differs on every side (top/left/bottom/right), channel counts that leave a
+16-channel block part full, and the fused activations; plus wide rows: the ones the AVX-512
+kernel reads straight from the planes (stride 2 with OW >= 24, a dilated row) and 5x5
+stride 1 rows of 24+ outputs through the phases. The planes' sizes route the cases through
+all three paths: channels in the lanes (at most 64 outputs, or 256 with 25+ taps), the
+direct AVX-512 rows, and the stride phases. Every build the runtime has (portable, AVX2,
+AVX-512, NEON under qemu) runs the sweep; under AddressSanitizer each case gets exactly
+ES_F32_DW_SCRATCH bytes and the generator's formula must equal the macro."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgesmith.targets.lower.kernels import dw_f32_lanes, dw_f32_scratch
+from tests.targets.test_dw_f32_fast import _build, _geo, _run
+from tests.targets.test_int8_fast import FLAVOURS
+
+ACTS = (0, 1, 2, 3, 4, 5, 6, 7)  # none, relu, clip, leaky, hard-swish, sigmoid, silu, hardsigmoid
+
+
+def _pads(k: int, w: int) -> tuple[int, int, int, int]:
+    """Top, left, bottom, right padding, each at most k - 1 and unequal where it can be,
+    with at least k padded columns so the plane has an output."""
+    pt, pl = (w + 1) % k, w % k
+    pb, pr = (w + 2) % k, (2 * w + 1) % k
+    pr = max(pr, k - w - pl)
+    return pt, pl, pb, pr
+
+
+def sweep_cases() -> list[tuple]:
+    """(C, H, W, KH, KW, SH, SW, PT, PL, PB, PR, DH, DW, act) of the sweep."""
+    out = []
+    for w in range(1, 34):
+        for k in (3, 5):
+            for s in (1, 2):
+                pt, pl, pb, pr = _pads(k, w)
+                h = (w * 5) % 11 + 1 + (k - 1)  # heights 3..15: never the width
+                c = (w * 7 + k + s) % 23 + 1  # 1..23: blocks of 16 part full
+                act = ACTS[(w + k + s) % len(ACTS)]
+                out.append((c, h, w, k, k, s, s, pt, pl, pb, pr, 1, 1, act))
+    # rows of 24+ outputs: the AVX-512 direct path (stride 2) with masks on both edges, a row
+    # that ends inside the second 16 of a 32-output chunk, dilation 2 along the row; and 5x5
+    # stride 1, which stays on the phases
+    for c, h, w, k, s, pt, pl, pb, pr, dw_, act in (
+            (3, 27, 49, 3, 2, 1, 0, 0, 1, 1, 2), (5, 23, 64, 3, 2, 0, 1, 1, 0, 1, 6),
+            (2, 27, 97, 5, 2, 2, 1, 0, 2, 1, 4), (4, 29, 80, 3, 2, 1, 1, 1, 1, 2, 1),
+            (7, 22, 113, 5, 2, 1, 2, 2, 1, 1, 3),
+            (3, 12, 33, 5, 1, 2, 0, 1, 2, 1, 5), (6, 15, 40, 5, 1, 0, 2, 2, 1, 1, 7),
+            (17, 9, 28, 5, 1, 2, 2, 2, 2, 1, 6), (2, 7, 58, 5, 1, 1, 3, 0, 1, 2, 0)):
+        out.append((c, h, w, k, k, s, s, pt, pl, pb, pr, 1, dw_, act))
+    return out
+
+
+def test_the_sweep_reaches_every_path():
+    """Some cases run in the lanes, some on the direct rows, some through the phases."""
+    geos = [_geo(c) for c in sweep_cases()]
+    lanes = [g for g in geos if dw_f32_lanes(g)]
+    direct = [g for g in geos if not dw_f32_lanes(g) and g["OW"] >= 24 and g["DH"] == 1
+              and g["SW"] == 2]
+    assert lanes and len(direct) >= 5 and len(lanes) + len(direct) < len(geos)
+    assert all(g["OH"] >= 1 and g["OW"] >= 1 for g in geos)
+    assert len({(g["PT"], g["PB"]) for g in geos if g["PT"] != g["PB"]}) > 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "cc", "flags", "wrapper"), FLAVOURS)
+def test_every_depthwise_path_matches_reference_on_swept_odd_shapes(name, cc, flags, wrapper,
+                                                                    tmp_path):
+    flags = [*flags, "-mfma"] if name == "avx2" else flags
+    b = _build(cc, flags, tmp_path / f"dw_{name}")
+    for i, case in enumerate(sweep_cases()):
+        _run(wrapper, b, case, 300 + i)
+
+
+@pytest.mark.slow
+def test_every_depthwise_path_stays_inside_its_scratch(tmp_path):
+    b = _build("cc", ["-O1", "-g", "-march=native", "-fsanitize=address,undefined",
+                      "-fno-sanitize-recover"], tmp_path / "dw_asan")
+    env = {"ASAN_OPTIONS": "detect_leaks=0", "PATH": "/usr/bin:/bin"}
+    for i, case in enumerate(sweep_cases()):
+        out = _run([], b, case, 600 + i, env)
+        line = next(x for x in out.splitlines() if x.startswith("scratch"))
+        assert int(line.split()[1]) == dw_f32_scratch(_geo(case)), (case, line)
