@@ -41,12 +41,12 @@ def sweep_cases() -> list[tuple]:
                 act = ACTS[(w + k + s) % len(ACTS)]
                 out.append((c, h, w, k, k, s, s, pt, pl, pb, pr, 1, 1, act))
     # rows of 24+ outputs: the AVX-512 direct path (stride 2) with masks on both edges, a row
-    # that ends inside the second 16 of a 32-output chunk, dilation 2 along the row; and 5x5
-    # stride 1, which stays on the phases
+    # that ends inside the second 16 of a 32-output chunk, dilation 2 along the row, a row
+    # past ES_DWD_MAXOW (phases again); and 5x5 stride 1, which stays on the phases
     for c, h, w, k, s, pt, pl, pb, pr, dw_, act in (
             (3, 27, 49, 3, 2, 1, 0, 0, 1, 1, 2), (5, 23, 64, 3, 2, 0, 1, 1, 0, 1, 6),
             (2, 27, 97, 5, 2, 2, 1, 0, 2, 1, 4), (4, 29, 80, 3, 2, 1, 1, 1, 1, 2, 1),
-            (7, 22, 113, 5, 2, 1, 2, 2, 1, 1, 3),
+            (7, 22, 113, 5, 2, 1, 2, 2, 1, 1, 3), (2, 5, 1100, 3, 2, 1, 1, 1, 1, 1, 2),
             (3, 12, 33, 5, 1, 2, 0, 1, 2, 1, 5), (6, 15, 40, 5, 1, 0, 2, 2, 1, 1, 7),
             (17, 9, 28, 5, 1, 2, 2, 2, 2, 1, 6), (2, 7, 58, 5, 1, 1, 3, 0, 1, 2, 0)):
         out.append((c, h, w, k, k, s, s, pt, pl, pb, pr, 1, dw_, act))

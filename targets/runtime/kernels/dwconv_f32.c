@@ -290,7 +290,10 @@ static void dw_lanes(const float *x, const float *w, const float *b, float *scra
  * phase kernel, whose flat grid fills the lanes. */
 #if defined(__AVX512F__)
 #define ES_DWD_MASK(n) ((n) >= 16 ? 0xFFFFu : (n) <= 0 ? 0u : (1u << (n)) - 1u)
-#define ES_DW_DIRECT(p) ((p)->SW == 2 && (p)->DH == 1 && (p)->OW >= 24 && (p)->KW <= ES_DWD_MAXKW)
+#define ES_DWD_MAXOW 512 /* the column masks of a row live on the stack: 16 chunks of 32 */
+#define ES_DW_DIRECT(p)                                                                    \
+    ((p)->SW == 2 && (p)->DH == 1 && (p)->OW >= 24 && (p)->OW <= ES_DWD_MAXOW &&           \
+     (p)->KW <= ES_DWD_MAXKW)
 
 /* the lanes of 16 SW columns from c that lie in [0, W) */
 static inline unsigned long long dwd_mask(int c, int W, int SW) {
@@ -354,7 +357,7 @@ static inline void dwd_rows(const float *xc, const float *wc, float bias, float 
 static void dw_direct(const float *x, const float *w, const float *b, float *y,
                       const es_conv_params *p) {
     const int OH = p->OH, OW = p->OW, ksz = p->KH * p->KW, SW = p->SW;
-    unsigned long long m[(OW + 31) / 32][2 * ES_DWD_MAXKW];
+    unsigned long long m[ES_DWD_MAXOW / 32][2 * ES_DWD_MAXKW];
     int c, oh, ow, kw;
     for (ow = 0; ow < OW; ow += 32) /* columns past the row's end are masked off too */
         for (kw = 0; kw < p->KW; ++kw) {
