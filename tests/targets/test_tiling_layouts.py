@@ -120,18 +120,29 @@ def test_narrow_rows_cost_the_16_column_kernels_whole_blocks():
     assert g2 > 1.9 * g1
 
 
-def test_budget_picks_the_fitting_candidate_the_model_deems_fastest(models):
+def test_budget_picks_the_fitting_candidate_the_model_deems_fastest_not_fewest_macs(models):
+    """At a budget where the fewest extra MACs and the lowest modelled latency are two
+    different candidates (here stripes, more MACs on whole rows), the model's wins."""
     _, qdq, _, _ = models
     g, p0 = _lowered(qdq)
-    _, p = apply(g, plan(g), "auto")
-    budget = (p0.arena_bytes + p.arena_bytes) // 2
+    start, seg, ends = find_segment(g)
+    cands = [c for c in candidates(g, start, seg, ends, 64)
+             if c.plan.arena_bytes < p0.arena_bytes]
+
+    def by_model(fit):
+        return min(fit, key=lambda c: (c.latency, c.plan.arena_bytes))
+
+    split = [b for b in sorted({c.plan.arena_bytes for c in cands})
+             if by_model(fit := [c for c in cands if c.plan.arena_bytes <= b])
+             is not min(fit, key=lambda c: (c.extra_macs, c.plan.arena_bytes))]
+    assert split, "no budget where extra MACs and the model disagree"
+    budget = split[0]
+    best = by_model([c for c in cands if c.plan.arena_bytes <= budget])
     _, pb = apply(g, plan(g), None, budget)
     t = pb.tiling
-    start, seg, ends = find_segment(g)
-    fitting = [c for c in candidates(g, start, seg, ends, 64) if c.plan.arena_bytes <= budget]
-    best = min(fitting, key=lambda c: c.latency)
     assert t["chosen_by"] == "budget" and pb.arena_bytes <= budget
     assert t["latency_model"] == round(best.latency, 4) and t["layout"] == best.layout.describe()
+    assert t["split"] == best.step.layers[-1].name
 
 
 def test_layout_describes_stripes_and_uneven_cuts():
