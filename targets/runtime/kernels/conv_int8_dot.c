@@ -200,9 +200,16 @@ static void to_quads_u8(const int8_t *x, uint32_t *xt, uint32_t *rowbuf, const e
             } else {
                 for (q = 0; q < lo; ++q) dst[q] = pad4;
                 for (q = hi > lo ? hi : lo; q < Wp; ++q) dst[q] = pad4;
-                if (hi > lo) /* lo == PL here: the row's first input column */
-                    quads_row(dst + lo, (size_t)(hi - lo), src[0] + row, src[1] + row,
-                              src[2] + row, src[3] + row, keep, pad4);
+                if (hi > lo) { /* lo == PL here: the row's first input column */
+#if defined(ES_DOT_VNNI)
+                    if (keep == 0xffffffffu) /* byte unpacks, as for one long row */
+                        quads_row_vnni(dst + lo, (size_t)(hi - lo), src[0] + row,
+                                       src[1] + row, src[2] + row, src[3] + row);
+                    else
+#endif
+                        quads_row(dst + lo, (size_t)(hi - lo), src[0] + row, src[1] + row,
+                                  src[2] + row, src[3] + row, keep, pad4);
+                }
             }
             if (S == 2) { /* deal the row out to its two column phases */
                 uint32_t *even = xc + (size_t)(r & 1) * 2 * phase + (size_t)(r >> 1) * d->Wq;
