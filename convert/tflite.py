@@ -114,7 +114,7 @@ class TFLiteTarget(Target):
         if op_type == "Erf" and precision == "int8" and attrs.get("in_exact_gelu") is False:
             return CompatRule("unsupported", "an Erf outside an exact GELU (Div -> Erf -> Add "
                                              "-> Mul -> Mul) becomes float arithmetic whose "
-                                             "division TFLite INT8 cannot quantize: use "
+                                             "quantized division LiteRT cannot run: use "
                                              "nn.GELU() if it is one, else build this target "
                                              "as fp32/fp16 or drop it")
         if op_type == "Mod" and attrs.get("fmod") == 1:
