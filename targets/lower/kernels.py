@@ -72,7 +72,8 @@ def dw_hwc_scratch(p: dict) -> int:
     weights and row sums. It does not grow with the channel count."""
     kh, kw, dh, dw, w, ow = p["KH"], p["KW"], p["DH"], p["DW"], p["W"], p["OW"]
     wp = padded(p)[1]
-    b = min(64 // w, 16) if dh == 1 and (dw == 1 or kw == 1) and w <= 24 else 1
+    b = 16 // math.gcd(w, 16)  # rows that fill whole 16-byte chunks, at most 64 bytes
+    b = (b if b * w <= 64 else 64 // w) if dh == 1 and (dw == 1 or kw == 1) and w <= 24 else 1
     rb = 16 // math.gcd(ow, 16)  # output rows that fill whole 16-column transposes
     rb = rb if rb * ow <= 128 else 1 if ow >= 16 else (15 + ow) // ow
     obc = (rb * ow + 15) // 16 * 16

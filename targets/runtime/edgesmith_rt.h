@@ -526,18 +526,19 @@ void es_conv2d_i8_cl(const int8_t *x, const int8_t *wc, const int32_t *bias_u8,
                      const es_conv_params *p);
 /* depthwise in 16-channel HWC blocks (kernels/dwconv_int8_hwc.c); w: int8 [KH][KW][Cp], Cp =
  * C rounded up to 16, zero-padded. Scratch, independent of C (WP = (OW-1)*SW + (KW-1)*DW + 1):
- * a ring of KH + B - 1 rows of WP x 64 B (B input rows of W <= 24 bytes, at most 64 bytes
- * and 16 rows, transposed at once), a byte row when DW > 1, OBC output columns x 16 B (RB
- * output rows: 16 / gcd(OW, 16) of them fill whole 16-column transposes, when that is at most
- * 128 columns), the block's weights and row sums */
+ * a ring of KH + B - 1 rows of WP x 64 B (B input rows of W <= 24 bytes transposed at once:
+ * 16 / gcd(W, 16) rows, whole 16-byte chunks, or 64 / W when that passes 64 bytes), a byte row
+ * when DW > 1, OBC output columns x 16 B (RB output rows: 16 / gcd(OW, 16) of them fill whole
+ * 16-column transposes, when that is at most 128 columns), the block's weights and row sums */
+#define ES_I8_DW_HWC_G16(N) /* 16 / gcd(N, 16) */                                          \
+    (((N) & 15) == 0 ? 1u : ((N) & 7) == 0 ? 2u : ((N) & 3) == 0 ? 4u : ((N) & 1) == 0 ? 8u : 16u)
 #define ES_I8_DW_HWC_BATCH(KW, DH, DW, W)                                                  \
     ((DH) == 1 && ((DW) == 1 || (KW) == 1) && (W) <= 24                                   \
-         ? (64u / (unsigned)(W) < 16u ? 64u / (unsigned)(W) : 16u) : 1u)
-#define ES_I8_DW_HWC_RB16(OW)                                                              \
-    (((OW) & 15) == 0 ? 1u : ((OW) & 7) == 0 ? 2u : ((OW) & 3) == 0 ? 4u                   \
-     : ((OW) & 1) == 0 ? 8u : 16u)
+         ? (ES_I8_DW_HWC_G16(W) * (unsigned)(W) <= 64u ? ES_I8_DW_HWC_G16(W)              \
+                                                      : 64u / (unsigned)(W))              \
+         : 1u)
 #define ES_I8_DW_HWC_RB(OW)                                                                \
-    (ES_I8_DW_HWC_RB16(OW) * (unsigned)(OW) <= 128u ? ES_I8_DW_HWC_RB16(OW)                \
+    (ES_I8_DW_HWC_G16(OW) * (unsigned)(OW) <= 128u ? ES_I8_DW_HWC_G16(OW)                  \
      : (OW) >= 16 ? 1u : (15u + (unsigned)(OW)) / (unsigned)(OW))
 #define ES_I8_DW_HWC_OBC(OW) ((ES_I8_DW_HWC_RB(OW) * (unsigned)(OW) + 15u) / 16u * 16u)
 #define ES_I8_DW_HWC_SCRATCH(KH, KW, DH, DW, W, OW, WP)                                     \

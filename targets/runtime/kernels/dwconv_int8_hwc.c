@@ -46,9 +46,9 @@
  * columns exist), and every ring column is a funnel shift of two neighbours,
  * (q[i] >> 8k) | (q[i+1] << 32-8k) per lane (one vpshrdd with VBMI2), with the padding
  * words on either side, made only where the stride reads it. Narrow rows (W <= 24) are
- * transposed B = min(64 / W, 16) at a time, since a channel's consecutive rows are
- * contiguous: the 16-byte chunks are then full instead of one mostly empty chunk per row
- * (W = 3, 6, 12, 24), each row is realigned by one funnel shift per four columns, and the
+ * transposed B = 16 / gcd(W, 16) at a time (64 / W where that passes 64 bytes), since a
+ * channel's consecutive rows are contiguous: the 16-byte chunks are then full instead of
+ * one mostly empty chunk per row (W = 3, 6, 12, 24), each row is realigned by one funnel shift per four columns, and the
  * ring has NR = KH + B - 1 slots so that a batch of B rows never evicts a row the current
  * output row reads. Other dilations go through a byte transpose of the row. Four output
  * columns share each weight vector and are requantised together (a row's last 1..3 as
