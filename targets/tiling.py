@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from .graph import Call, Graph, Ref, Step
 from .planner import Interval, align, place
@@ -92,7 +92,15 @@ class Layout:
         return ", ".join([text, *uneven])
 
 
-TilingOption = Literal["off", "auto"] | TilingForce | None
+def _tiling_kind(v: Any) -> str:
+    """A mapping is a forced grid, anything else a mode: so a bad grid's error names its
+    field (``cols: 0``) instead of saying it is not 'off' or 'auto'."""
+    return "force" if isinstance(v, dict | TilingForce) else "mode"
+
+
+TilingOption = Annotated[Annotated[Literal["off", "auto"], Tag("mode")]
+                         | Annotated[TilingForce, Tag("force")],
+                         Discriminator(_tiling_kind)] | None
 Win = tuple[int, int, int, int]  # rows [r0, r1) x cols [c0, c1) of one tensor on one patch
 
 

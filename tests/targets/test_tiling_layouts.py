@@ -149,3 +149,17 @@ def test_layout_describes_stripes_and_uneven_cuts():
     assert Layout.even(24, 24, 2, 2).describe() == "2x2"
     assert Layout.even(24, 24, 4, 1).describe() == "4x1 stripes"
     assert Layout((0, 12, 24), (0, 14, 24)).describe() == "2x2, cols cut at 14"
+
+
+def test_a_bad_forced_grid_field_is_exit_2_naming_that_field(cli, tmp_path):
+    """``cols: 0`` is reported as the grid's field, not as 'not off or auto'."""
+    from tests.conftest import DIGITS_ARCH, ROOT
+
+    prof = tmp_path / "p.yaml"
+    prof.write_text("extends: host\ntargets:\n  - {format: c, precision: int8, options: "
+                    "{tiling: {patches: 2, cols: 0, split: 0}}}\n")
+    r = cli("build", ROOT / "examples" / "digits" / "digits.pt", "--arch", DIGITS_ARCH,
+            "--profile", prof, "--out", tmp_path / "o")
+    assert r.code == 2, r.out + r.err
+    assert "tiling.force.cols" in r.err and "greater than or equal to 1" in r.err
+    assert "Traceback" not in r.err
