@@ -2,7 +2,13 @@
  * stays the reference and the oracle in tests (results agree to float rounding, not bit
  * for bit: sums are reordered). Its own file since the GEMM (conv_f32_fast.c) and the
  * depthwise are two kernels with two owners; what they share is in headers: the vector
- * activations (es_act_simd.h) and the stride phases of a padded plane (es_phases_f32.h). */
+ * activations (es_act_simd.h) and the stride phases of a padded plane (es_phases_f32.h).
+ *
+ * Three paths, chosen by shape in es_dwconv2d_f32 (timed side by side on the depthwise
+ * convs of MobileNetV2/V3 and EfficientNet-B0, AMD EPYC, AVX-512 and AVX2 builds):
+ *   - channels in the lanes (dw_lanes): planes of ES_F32_DW_LANES outputs (7 x 7 to 14 x 14);
+ *   - AVX-512, stride 2, rows of 24+ outputs (dw_direct): straight from the planes;
+ *   - the stride phases (dwf_taps): everything else, every ISA. */
 #include <string.h>
 
 #include "../edgesmith_rt.h"
