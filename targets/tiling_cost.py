@@ -12,7 +12,8 @@ this project, MobileNetV2-96's 17 untiled depthwise layers (per-step profile, fa
 within 15 % (the constants below), so a 26-column patch row costs what 32 columns do while
 a whole 48-column row costs 48. The stem also works on 16 output columns at a time; the
 GEMM kernels cost what their MACs say (~7.5 ns per 1000 MACs) plus a call. Copies into and
-out of patch buffers are per byte. The figure reported is the model's latency of the whole
+out of patch buffers are per byte and per row copied (PATCH_SCALE and ROW_COPY_NS are
+fitted on measured tiled builds). The figure reported is the model's latency of the whole
 network tiled over untiled: full-width stripes (halo only vertical) then score by what they
 are, more halo MACs at full column efficiency, against square patches with fewer MACs on
 narrow rows. Other CPUs and fp32 kernels get the same shape with rough constants: the model
@@ -35,6 +36,12 @@ NS_PER_MAC = {"es_dwconv2d_f32": 0.15, "es_conv2d_f32": 0.12, "es_conv2d_f32_gem
               "es_conv2d_i8": 0.05, "es_conv2d_i8_mcu": 0.05, "es_dwconv2d_i8_mcu": 0.15}
 CALL_NS = 500.0  # set-up of one kernel call
 COPY_NS_PER_BYTE = 0.15
+# Fitted on the tiled builds themselves (benchmarks/tiling_arena.py --top 6, 8 builds,
+# 5 layouts, fastest runs at load 9.4-9.8): the segment's modelled extra compute over
+# untiled counts 0.67 (a patch's buffers stay in cache), and each row a window copy
+# moves (one es_copy per plane row) ~21 ns; residuals were within 0.02 of untiled.
+PATCH_SCALE = 0.67
+ROW_COPY_NS = 20.6
 ELTWISE_NS = 0.2  # per element of an element-wise step (quantize, add)
 
 
@@ -101,7 +108,19 @@ def model_cost(g: Graph) -> float:
     return sum(step_cost(g, st) for st in g.steps)
 
 
+def row_copies(st: TiledStep) -> int:
+    """es_copy calls of the patches' window copies: one per plane row (in, out, skips);
+    full-width stripes copy fewer, longer rows than square patches of the same area."""
+    n = 0
+    for pa in st.patches:
+        n += st.channels[0] * (pa.win[0][1] - pa.win[0][0])
+        n += st.channels[-1] * (pa.win[-1][1] - pa.win[-1][0])
+        n += sum(st.channels[-1] * (sub[1][1] - sub[1][0]) for sub in pa.sub if sub)
+    return n
+
+
 def latency_ratio(g: Graph, seg: list[Step], st: TiledStep, untiled: float) -> float:
     """Modelled latency of the network with ``seg`` tiled as ``st``, over untiled."""
-    seg_cost = sum(step_cost(g, s) for s in seg)
-    return (untiled - seg_cost + tiled_cost(st)) / untiled if untiled else 1.0
+    extra = tiled_cost(st) - sum(step_cost(g, s) for s in seg)
+    return 1.0 + (PATCH_SCALE * extra + ROW_COPY_NS * row_copies(st)) / untiled \
+        if untiled else 1.0
