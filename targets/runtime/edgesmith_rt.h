@@ -362,6 +362,7 @@ void es_resize2d_f32(const float *x, float *y, const es_resize_params *p);
 void es_copy(void *dst, const void *src, size_t n);
 void es_copy_rows(void *dst, const void *src, const es_copy_rows_params *p);
 void es_transpose(const void *x, void *y, int elem, const es_perm *p);
+void es_transpose_ref(const void *x, void *y, int elem, const es_perm *p);
 
 /* ---- int8 kernels (TFLite scheme) ------------------------------------------------------ */
 void es_quantize_f32_i8(const float *x, int8_t *y, int n, float scale, int zp);
