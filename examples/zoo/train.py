@@ -64,6 +64,19 @@ def _entry_samples(entry: Entry) -> Iterator[None]:
         os.environ.pop(SAMPLES_ENV, None)
 
 
+def _zero_head(model: torch.nn.Module) -> None:
+    """Start the classifier (the model's last Linear) at zero: every class begins at the
+    same logit, so the first steps learn features instead of undoing a random head (a
+    training choice; the architecture is unchanged)."""
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    if not linears:
+        raise UsageError("zero_head: the model has no Linear layer to start at zero")
+    with torch.no_grad():
+        linears[-1].weight.zero_()
+        if linears[-1].bias is not None:
+            linears[-1].bias.zero_()
+
+
 def train(entry: Entry, size: int, *, epochs: int, data: str | None = None,
           out_dir: Path | None = None, seed: int = 0, progress: bool = True) -> dict[str, Any]:
     """Train ``entry`` at ``size`` with its recipe and write NAME-DATASIZE.pt/.json; returns
@@ -75,6 +88,8 @@ def train(entry: Entry, size: int, *, epochs: int, data: str | None = None,
     with _entry_samples(entry):
         splits = pipeline_data.load(data_ref, seed=seed)
     model = pipeline_model.load(arch).torch_model
+    if entry.zero_head:
+        _zero_head(model)
     hook = _channels_last(model) if splits.train_x.ndim == 4 else None
     report = (lambda p: print(f"  epoch {p['epoch']}/{p['epochs']}: loss {p['loss']:.4f}, "
                               f"calib top-1 {p['selection_accuracy'] * 100:.1f} %", flush=True)
@@ -106,7 +121,7 @@ def _save(entry: Entry, size: int, model: torch.nn.Module, splits: Any, result: 
         "calib_accuracy_best": round(result["best_selection_accuracy"], 4),
         "epochs": result["epochs"], "epochs_run": result["epochs_run"],
         "best_epoch": result["best_epoch"], "optimizer": entry.optimizer, "lr": entry.lr,
-        "recipe": entry.recipe(),
+        "recipe": {**entry.recipe(), "zero_head": entry.zero_head},
         "seconds": result["seconds"], "history": result["history"],
         "torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
         "checkpoint": str(ckpt),

@@ -1,6 +1,7 @@
 """A zoo entry's own recipe: its sample counts are generated unless the caller's
 $EDGESMITH_ZOO_SAMPLES asks for others (CI's reduced runs win), the JSON records the recipe,
-and the catalog's entries keep the loop's defaults their checkpoints were trained with."""
+a zero_head entry's classifier starts at zero, and only EfficientNet-B0 departs from the
+loop's defaults the other checkpoints were trained with."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import sys
 
 import pytest
+import torch
 
 from .conftest import zoo_module
 
@@ -37,7 +39,7 @@ def test_an_entrys_own_sample_counts_are_the_ones_generated(cache, zoo_data):
     info = train.train(entry, 0, epochs=1, progress=False)
     assert info["samples"] == {"train": 36, "calib": 24, "val": 12}
     assert info["recipe"] == {"warmup_epochs": 0.5, "weight_decay": None,
-                              "label_smoothing": 0.1, "batch_size": 64}
+                              "label_smoothing": 0.1, "batch_size": 64, "zero_head": False}
     assert json.loads((cache / "kws_gru-keywords.json").read_text())["recipe"] == \
         info["recipe"]
     assert zoo_data.SAMPLES_ENV not in os.environ  # set for the load only
@@ -51,11 +53,29 @@ def test_the_callers_sample_counts_win_over_the_entrys(cache, zoo_data, monkeypa
     assert os.environ[zoo_data.SAMPLES_ENV] == "48,16,24"
 
 
-def test_every_entry_trains_with_the_loops_defaults():
-    # the checkpoints and their README figures came from the loop's defaults: an entry that
-    # departs from them retrains differently and must say so here
+def _last_linear_weight(info: dict) -> torch.Tensor:
+    from edgesmith.pipeline import model as pipeline_model
+
+    model = pipeline_model.load(info["checkpoint"], arch=info["arch"]).torch_model
+    return [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1].weight
+
+
+def test_a_zero_head_entry_starts_its_classifier_at_zero(cache):
+    train = zoo_module("train")
+    info = train.train(_tiny_gru(samples=(36, 24, 12), zero_head=True), 0, epochs=0,
+                       progress=False)
+    assert info["recipe"]["zero_head"] is True
+    assert not _last_linear_weight(info).any()
+    plain = train.train(_tiny_gru(samples=(36, 24, 12)), 0, epochs=0, progress=False)
+    assert _last_linear_weight(plain).abs().sum() > 0
+
+
+def test_only_efficientnet_trains_with_a_recipe_of_its_own():
+    # the other checkpoints and their README figures came from the loop's defaults: an
+    # entry that departs from them retrains differently and must say so here
     catalog = _catalog()
     default = catalog.Entry("x", "x.py", "shapes", (32,))
     own = {name for name, e in catalog.ZOO.items()
-           if e.recipe() != default.recipe() or e.samples != default.samples}
-    assert own == set()
+           if (e.recipe(), e.samples, e.zero_head) !=
+           (default.recipe(), default.samples, default.zero_head)}
+    assert own == {"efficientnet_b0"}
