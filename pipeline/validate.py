@@ -22,6 +22,13 @@ PARITY_MIN_COSINE = {"fp32": 0.99999, "fp16": 0.999, "int8": 0.95}
 # Cosine is blind to a uniform scale error (a clamped fp16 constant halves every logit and
 # keeps every argmax), so the largest error relative to the output's range is bounded too.
 PARITY_MAX_REL_ERR = {"fp32": 1e-3, "fp16": 0.05, "int8": 0.25}
+# ... over which samples: every one for float, the 99th percentile of the per-sample errors
+# for INT8. INT8 saturates on inputs past its calibrated ranges, so a few validation samples
+# can carry a large error while the rest match (trained EfficientNet-B0-32: 5 of 1000 past
+# the output quantizer's top, max error 0.46 of the range at cosine 0.9987 and a -0.5 pt
+# drop); the scale error this bound is for shows in every sample, and the accuracy budget
+# judges what the outliers cost. The max stays in the report (``rel_err``).
+PARITY_REL_ERR_QUANTILE = {"fp32": 1.0, "fp16": 1.0, "int8": 0.99}
 LATENCY_RUNS = 50
 BOOTSTRAP_RESAMPLES = 200  # of the drop in a metric other than top-1 (seeded)
 BOOTSTRAP_SECONDS = 20.0  # fewer resamples (at least 30) when the metric is slow (mAP)
@@ -46,6 +53,14 @@ class Validation:
     accuracy_drop_ci95: tuple[float, float] | None = None
     # the primary metric (--task/--metric) when it is not top-1: the budget judges its drop
     metric: dict[str, Any] | None = None
+    # the 99th percentile over samples of each sample's largest error / max |reference|
+    rel_err_p99: float | None = None
+
+    def judged_rel_err(self, precision: str) -> float | None:
+        """The error the parity bound judges at this precision (PARITY_REL_ERR_QUANTILE)."""
+        if PARITY_REL_ERR_QUANTILE[precision] < 1.0 and self.rel_err_p99 is not None:
+            return self.rel_err_p99
+        return self.rel_err
 
     @property
     def accuracy_drop(self) -> float | None:
@@ -64,23 +79,25 @@ class Validation:
     def parity_ok(self, precision: str) -> bool:
         if not self.ran:
             return True
+        err = self.judged_rel_err(precision)
         return ((self.cosine or 0.0) >= PARITY_MIN_COSINE[precision]
-                and self.rel_err is not None and self.rel_err <= PARITY_MAX_REL_ERR[precision])
+                and err is not None and err <= PARITY_MAX_REL_ERR[precision])
 
     def parity_problem(self, precision: str) -> str:
         if self.note:
             return self.note
         if (self.cosine or 0.0) < PARITY_MIN_COSINE[precision]:
             return f"cosine {self.cosine:.5f} < {PARITY_MIN_COSINE[precision]}"
-        return (f"max error {self.rel_err:.3g} of the output range > "
-                f"{PARITY_MAX_REL_ERR[precision]}")
+        err = self.judged_rel_err(precision)
+        which = "max error" if err == self.rel_err else "99th-percentile sample error"
+        return f"{which} {err:.3g} of the output range > {PARITY_MAX_REL_ERR[precision]}"
 
     def to_json(self) -> dict[str, Any]:
         return {
             "accuracy": self.accuracy, "reference_accuracy": self.reference_accuracy,
             "accuracy_drop": self.accuracy_drop,
             "parity": {"max_abs_err": self.max_abs_err, "rel_err": self.rel_err,
-                       "cosine": self.cosine, "top1_agreement": self.top1_agreement},
+                       "rel_err_p99": self.rel_err_p99, "cosine": self.cosine, "top1_agreement": self.top1_agreement},
             "latency_ms_p50": self.latency_ms_p50, "ran": self.ran, "note": self.note,
             "samples": self.samples,
             "accuracy_ci95": _rounded(self.accuracy_ci95, 6),
@@ -309,8 +326,11 @@ def validate(runner, x: np.ndarray, y: np.ndarray, reference: np.ndarray,
     agree = float((flat_out.argmax(1) == flat_ref.argmax(1)).mean())
     lat = latency_ms if latency_ms is not None else (
         latency_p50(runner, x[:1]) if measure_latency else None)
-    max_abs = float(np.max(np.abs(pout - pref)))
+    per_sample = np.abs(pout - pref).reshape(len(pout), -1).max(1)
+    max_abs = float(per_sample.max())
     scale = float(np.max(np.abs(pref)))
+    p99 = float(np.quantile(per_sample, PARITY_REL_ERR_QUANTILE["int8"])) / (
+        scale if scale > 0 else 1.0)
     primary = None if metric is None or metric.name == "top1" and metric.source is None else (
         metric_figures(metric, out, y, reference if metric_against is None else metric_against,
                        metric_reference))
@@ -318,7 +338,8 @@ def validate(runner, x: np.ndarray, y: np.ndarray, reference: np.ndarray,
         return Validation(
             accuracy=None, reference_accuracy=reference_accuracy, max_abs_err=max_abs,
             rel_err=max_abs / scale if scale > 0 else max_abs, cosine=cosine(pout, pref),
-            top1_agreement=agree, latency_ms_p50=lat, ran=True, samples=len(y), metric=primary)
+            top1_agreement=agree, latency_ms_p50=lat, ran=True, samples=len(y), metric=primary,
+            rel_err_p99=p99)
     correct = predictions(out) == y
     ref_correct = predictions(reference) == y if reference_correct is None else reference_correct
     lo, hi = paired_drop_ci(ref_correct, correct)
@@ -328,5 +349,5 @@ def validate(runner, x: np.ndarray, y: np.ndarray, reference: np.ndarray,
         cosine=cosine(pout, pref),
         top1_agreement=agree, latency_ms_p50=lat, ran=True, samples=len(y),
         accuracy_ci95=wilson(int(correct.sum()), len(y)),
-        accuracy_drop_ci95=(lo * 100, hi * 100), metric=primary,
+        accuracy_drop_ci95=(lo * 100, hi * 100), metric=primary, rel_err_p99=p99,
     )
