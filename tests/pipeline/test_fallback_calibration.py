@@ -77,20 +77,28 @@ def test_an_outlier_set_range_is_fixed_by_percentile_calibration_with_no_layer_i
     assert float(scale) < 0.05  # min/max would give (OUTLIER + 1) / 255 = 3.9
 
 
-def test_openvino_int8_takes_its_own_ranges_for_an_outlier_with_no_layer_in_float(
-        cli, two_channel_model, tmp_path):
+def outlier_fixed_by_own_ranges(cli, model: str, tmp_path: Path, target: str) -> tuple[Path, dict]:
+    """Convert the outlier model for one INT8 ``target`` that calibrates in its own
+    converter (openvino, tflite) and check its fallback's calibration rung brought it back
+    with no layer in float; returns the build folder and the target's manifest entry."""
     data = _outlier_data(tmp_path / "data.npz")
-    profile = _profile(tmp_path / "profile.yaml", ["openvino:int8"], 2.0)
+    profile = _profile(tmp_path / "profile.yaml", [target], 2.0)
     out = tmp_path / "out"
-    r = cli("convert", two_channel_model, "--data", data, "--profile", profile, "--out", out)
+    r = cli("convert", model, "--data", data, "--profile", profile, "--out", out)
     assert r.code == 0, r.err
     t = json.loads((out / "manifest.json").read_text())["targets"][0]
     fb = t["fallback"]
     assert t["status"] == "ok", t
-    assert fb["drop_before_pt"] > 20
+    assert fb["drop_before_pt"] > 20  # min/max: the image channel rounds away
     assert fb["applied"] and fb["layers"] == []  # without the rung: the stem in float
     assert fb["drop_after_pt"] == t["accuracy_drop"] <= 2.0
     assert fb["calibration"]["method"] == "percentile"
     own = fb["calibration"]["screen"][-1]
-    assert own["runtime"] == "openvino-int8" and own["kept"]
+    assert own["runtime"] == target.replace(":", "-") and own["kept"]
+    return out, t
+
+
+def test_openvino_int8_takes_its_own_ranges_for_an_outlier_with_no_layer_in_float(
+        cli, two_channel_model, tmp_path):
+    _, t = outlier_fixed_by_own_ranges(cli, two_channel_model, tmp_path, "openvino:int8")
     assert t["meta"]["nncf"]["activation_ranges"] == "mean of per-sample min/max"

@@ -8,31 +8,15 @@ that outlier and the image rounds away; its 99.99th percentile is the image's ow
 
 from __future__ import annotations
 
-import json
-
-from tests.pipeline.test_fallback import _profile
 from tests.pipeline.test_fallback_calibration import (  # noqa: F401 - pytest fixture
-    _outlier_data,
+    outlier_fixed_by_own_ranges,
     two_channel_model,
 )
 
 
 def test_tflite_int8_outlier_range_is_fixed_by_percentile_with_no_layer_in_float(
         cli, two_channel_model, tmp_path):  # noqa: F811 - the imported fixture
-    data = _outlier_data(tmp_path / "data.npz")
-    profile = _profile(tmp_path / "profile.yaml", ["tflite:int8"], 2.0)
-    out = tmp_path / "out"
-    r = cli("convert", two_channel_model, "--data", data, "--profile", profile, "--out", out)
-    assert r.code == 0, r.err
-    t = json.loads((out / "manifest.json").read_text())["targets"][0]
-    fb = t["fallback"]
-    assert t["status"] == "ok", t
-    assert fb["drop_before_pt"] > 20  # min/max: the image channel rounds away
-    assert fb["applied"] and fb["layers"] == []  # without the rung: the stem in float
-    assert fb["drop_after_pt"] == t["accuracy_drop"] <= 2.0
-    assert fb["calibration"]["method"] == "percentile"
-    own = fb["calibration"]["screen"][-1]
-    assert own["runtime"] == "tflite-int8" and own["kept"]
+    out, t = outlier_fixed_by_own_ranges(cli, two_channel_model, tmp_path, "tflite:int8")
     assert t["meta"]["calibration"]["method"] == "percentile"
     # the shipped model quantizes its input with the image's range, not the outlier's
     from ai_edge_litert.interpreter import Interpreter

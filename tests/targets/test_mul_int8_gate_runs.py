@@ -6,13 +6,10 @@ left shift, a total shift of exactly 31 and one past the SIMD limit, Relu-like c
 
 from __future__ import annotations
 
-import subprocess
-
-import numpy as np
 import pytest
 
-from tests.targets.test_int8_broadcast import CHECK, _mul_case
-from tests.targets.test_int8_fast import FLAVOURS, RT, _cpu_has
+from tests.targets.test_int8_fast import FLAVOURS, _cpu_has
+from tests.targets.test_mul_int8_table import check_gate_mul, gate_cases
 
 AVX512BW = pytest.param("avx512bw", "cc", ["-O3", "-mavx512f", "-mavx512bw"], [],
                         marks=pytest.mark.skipif(not _cpu_has("avx512bw"),
@@ -23,27 +20,7 @@ PLANES = [(3, 1), (2, 15), (5, 16), (4, 17), (3, 49), (2, 63), (3, 64), (2, 65),
           (5, 196), (2, 9), (4, 36), (3, 144)]
 
 
-def gate_cases():
-    from edgesmith.targets.lower.common import bcast_params
-
-    rng = np.random.default_rng(11)
-    for i, (c, hw) in enumerate(PLANES * 2):
-        full, gate = (1, c, hw), (1, c, 1)
-        a, b = (full, gate) if i % 2 == 0 else (gate, full)
-        bc = bcast_params(full, a, b)
-        nd = bc["ndim"]
-        yield [1, i + 1, 3, *a, *b, nd, *bc["shape"][:nd], *bc["sa"][:nd], *bc["sb"][:nd],
-               *_mul_case(rng, i % 9)]
-
-
 @pytest.mark.parametrize(("name", "cc", "flags", "wrapper"), [AVX512BW, *FLAVOURS])
 def test_channel_gate_mul_on_short_runs_equals_per_element_reference(name, cc, flags, wrapper,
                                                                      tmp_path):
-    b = tmp_path / f"mul_{name}"
-    subprocess.run([cc, *flags, "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{RT}",
-                    str(CHECK), str(RT / "kernels/add_int8.c"), str(RT / "kernels/mul_int8.c"),
-                    "-o", str(b)], check=True)
-    for args in gate_cases():
-        p = subprocess.run([*wrapper, str(b), *map(str, args)], capture_output=True, text=True,
-                           timeout=60)
-        assert p.returncode == 0, f"{name} {args}: {p.stdout}{p.stderr}"
+    check_gate_mul(name, cc, flags, wrapper, tmp_path, gate_cases(PLANES, 11, lambda i: i % 9))
