@@ -3,6 +3,12 @@ changes the weights and a wrong window or padding in a patch shows in the output
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
+
+from tests.targets._helpers import _qdq, export
+
 
 def move_bn_statistics(model):
     """Every BatchNorm2d's running mean in [-0.2, 0.2) and variance in [0.5, 2) (the
@@ -54,3 +60,16 @@ def mbv2_style():
             return self.head(self.b4(self.b3(self.b2(self.b1(self.stem(x))))))
 
     return move_bn_statistics(Net().eval())
+
+
+def quantized_pair(model, shape: tuple[int, ...], folder: Path, stem: str, seed: int):
+    """``model`` exported to ``folder/<stem>.onnx`` and quantized to static QDQ
+    ``<stem>_q.onnx`` on 16 random calibration samples drawn from ``seed``; returns
+    (fp32, qdq, rng) with ``rng`` past that draw, so the caller's inputs come next from the
+    same seeded stream."""
+    import torch
+
+    fp32 = export(model, torch.randn(1, *shape), folder / f"{stem}.onnx")
+    rng = np.random.default_rng(seed)
+    calib = rng.standard_normal((16, *shape)).astype(np.float32)
+    return fp32, _qdq(fp32, calib, folder / f"{stem}_q.onnx"), rng

@@ -16,8 +16,7 @@ from edgesmith.targets.ir import lower
 from edgesmith.targets.planner import plan
 from edgesmith.targets.tiling import TiledStep, TilingForce
 from edgesmith.targets.tiling_search import apply
-from tests.targets._helpers import _qdq, export
-from tests.targets._tiling_nets import move_bn_statistics
+from tests.targets._tiling_nets import move_bn_statistics, quantized_pair
 
 H, W = 63, 61
 
@@ -42,12 +41,8 @@ def _chain_model():
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    import torch
-
     d = tmp_path_factory.mktemp("tiling")
-    fp32 = export(_chain_model(), torch.randn(1, 3, H, W), d / "chain.onnx")
-    rng = np.random.default_rng(1)
-    qdq = _qdq(fp32, rng.standard_normal((16, 3, H, W)).astype(np.float32), d / "chain_q.onnx")
+    fp32, qdq, rng = quantized_pair(_chain_model(), (3, H, W), d, "chain", 1)
     return d, fp32, qdq, rng.standard_normal((1, 3, H, W)).astype(np.float32)
 
 

@@ -14,8 +14,7 @@ from edgesmith.targets.int8_input import fold_input_quantize, folder_quantizatio
 from edgesmith.targets.ir import lower
 from edgesmith.targets.planner import plan
 from edgesmith.targets.tiling import TiledStep, TilingForce
-from tests.targets._helpers import _qdq, export
-from tests.targets._tiling_nets import mbv2_style
+from tests.targets._tiling_nets import mbv2_style, quantized_pair
 
 H, W = 45, 39
 ADD2 = "/b4/Add"
@@ -23,12 +22,8 @@ ADD2 = "/b4/Add"
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    import torch
-
     d = tmp_path_factory.mktemp("int8_input")
-    fp32 = export(mbv2_style(), torch.randn(1, 3, H, W), d / "mb.onnx")
-    rng = np.random.default_rng(3)
-    qdq = _qdq(fp32, rng.standard_normal((16, 3, H, W)).astype(np.float32), d / "mb_q.onnx")
+    fp32, qdq, rng = quantized_pair(mbv2_style(), (3, H, W), d, "mb", 3)
     return d, fp32, qdq, rng.standard_normal((2, 3, H, W)).astype(np.float32) * 1.5
 
 

@@ -19,8 +19,7 @@ from edgesmith.targets.planner import plan
 from edgesmith.targets.tiling import Layout, TiledStep, TilingForce, find_segment
 from edgesmith.targets.tiling_cost import column_factor, layer_ns
 from edgesmith.targets.tiling_search import apply, candidates, finish
-from tests.targets._helpers import _qdq, export
-from tests.targets._tiling_nets import mbv2_style
+from tests.targets._tiling_nets import mbv2_style, quantized_pair
 
 H, W = 45, 39
 ADD2 = "/b4/Add"
@@ -29,12 +28,8 @@ NATIVE = "-O3 -march=native"
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    import torch
-
     d = tmp_path_factory.mktemp("tiling_layouts")
-    fp32 = export(mbv2_style(), torch.randn(1, 3, H, W), d / "mb.onnx")
-    rng = np.random.default_rng(5)
-    qdq = _qdq(fp32, rng.standard_normal((16, 3, H, W)).astype(np.float32), d / "mb_q.onnx")
+    fp32, qdq, rng = quantized_pair(mbv2_style(), (3, H, W), d, "mb", 5)
     x = rng.standard_normal((1, 3, H, W)).astype(np.float32)
     ref = d / "ref"
     codegen.generate(*apply(*_lowered(qdq), "off"), ref, cflags=NATIVE)

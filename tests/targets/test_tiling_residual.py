@@ -19,8 +19,7 @@ from edgesmith.targets.ir import lower
 from edgesmith.targets.planner import plan
 from edgesmith.targets.tiling import TiledStep, TilingForce
 from edgesmith.targets.tiling_search import apply
-from tests.targets._helpers import _qdq, export
-from tests.targets._tiling_nets import mbv2_style
+from tests.targets._tiling_nets import mbv2_style, quantized_pair
 
 H, W = 45, 39
 ADD1, ADD2 = "/b3/Add", "/b4/Add"
@@ -28,12 +27,8 @@ ADD1, ADD2 = "/b3/Add", "/b4/Add"
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    import torch
-
     d = tmp_path_factory.mktemp("tiling_res")
-    fp32 = export(mbv2_style(), torch.randn(1, 3, H, W), d / "mb.onnx")
-    rng = np.random.default_rng(2)
-    qdq = _qdq(fp32, rng.standard_normal((16, 3, H, W)).astype(np.float32), d / "mb_q.onnx")
+    fp32, qdq, rng = quantized_pair(mbv2_style(), (3, H, W), d, "mb", 2)
     return d, {"fp32": fp32, "int8": qdq}, rng.standard_normal((1, 3, H, W)).astype(np.float32)
 
 
