@@ -58,6 +58,15 @@ class _Probe:
         return 10 * math.log10(max(self.signal, 1e-30) / self.noise)
 
 
+def consumers_of(graph: Any) -> dict[str, list[Any]]:
+    """Tensor name -> the nodes of an ONNX ``graph`` that read it, in graph order."""
+    consumers: dict[str, list[Any]] = {}
+    for n in graph.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    return consumers
+
+
 class _Graph:
     """Producers, consumers and constants of an ONNX graph, by tensor name."""
 
@@ -67,10 +76,7 @@ class _Graph:
         g = model.graph
         self.nodes = list(g.node)
         self.producer = {o: n for n in g.node for o in n.output}
-        self.consumers: dict[str, list[Any]] = {}
-        for n in g.node:
-            for i in n.input:
-                self.consumers.setdefault(i, []).append(n)
+        self.consumers = consumers_of(g)
         self.consts = {i.name: numpy_helper.to_array(i) for i in g.initializer}
 
     def qparams(self, q_node: Any) -> tuple[float, int] | None:
@@ -210,10 +216,7 @@ def fallback_units(fp32_onnx: Path) -> dict[str, tuple[str, ...]]:
     import onnx
 
     graph = onnx.load(str(fp32_onnx), load_external_data=False).graph
-    consumers: dict[str, list[Any]] = {}
-    for n in graph.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
+    consumers = consumers_of(graph)
     outputs = {o.name for o in graph.output}
     units: dict[str, tuple[str, ...]] = {}
     for gate in graph.node:
