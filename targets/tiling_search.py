@@ -175,14 +175,14 @@ def apply(g: Graph, p: Plan, option: TilingOption = None, budget_bytes: int | No
                     "lower_bound_untiled_bytes": p.lower_bound_bytes,
                     "budget_bytes": budget_bytes}
         return g, p
-    return finish(g, p, choose(cands, budget_bytes, model_macs(g)), budget_bytes,
-                   "budget" if budget_bytes is not None else "auto", cands)
+    return finish(g, p, choose(cands, budget_bytes), budget_bytes,
+                  "budget" if budget_bytes is not None else "auto", cands)
 
 
-def choose(cands: list[Candidate], budget: int | None, total_macs: int) -> Candidate:
+def choose(cands: list[Candidate], budget: int | None) -> Candidate:
     """With a budget: the fitting candidate the latency model deems fastest, else the
     smallest arena. Without: the smallest arena within AUTO_EXTRA modelled extra latency,
-    else the fastest. (``total_macs`` is kept for callers; the model is a ratio.)"""
+    else the fastest."""
     if budget is not None:
         fits = [c for c in cands if c.plan.arena_bytes <= budget]
         return (min(fits, key=lambda c: (c.latency, c.plan.arena_bytes)) if fits else
@@ -193,7 +193,7 @@ def choose(cands: list[Candidate], budget: int | None, total_macs: int) -> Candi
 
 
 def finish(g: Graph, p: Plan, c: Candidate, budget: int | None, why: str,
-            cands: list[Candidate]) -> tuple[Graph, Plan]:
+           cands: list[Candidate]) -> tuple[Graph, Plan]:
     ps = [q for q in (conv_params(s) for s in c.step.layers) if q is not None]
     total = model_macs(g)
     c.plan.tiling = {
