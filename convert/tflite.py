@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from edgesmith.artifact import Artifact
 from edgesmith.convert import _onnx2tf, _tflite_select
+from edgesmith.convert.compat import IN_EXACT_GELU
 from edgesmith.errors import ConversionError
 from edgesmith.target import CompatRule, ConvertContext, Runner, Target
 
@@ -111,7 +112,7 @@ class TFLiteTarget(Target):
     def compat(self, op_type: str, attrs: dict[str, Any], precision: str) -> CompatRule:
         if op_type == "Resize" and attrs.get("mode") == "cubic":
             return CompatRule("unsupported", f"cubic Resize {_FLEX}; use linear or nearest")
-        if op_type == "Erf" and precision == "int8" and attrs.get("in_exact_gelu") is False:
+        if op_type == "Erf" and precision == "int8" and attrs.get(IN_EXACT_GELU) is False:
             return CompatRule("unsupported", "an Erf outside an exact GELU (Div -> Erf -> Add "
                                              "-> Mul -> Mul) becomes float arithmetic whose "
                                              "quantized division LiteRT cannot run: use "

@@ -89,10 +89,10 @@ def dw_f32_lanes(p: dict) -> bool:
 
 def dw_f32_scratch(p: dict) -> int:
     """Bytes of es_dwconv2d_f32 scratch; mirrors ES_F32_DW_SCRATCH: on planes in the lanes
-    (ES_F32_DW_LANES) 16 channels' padded input, one output row, weights and biases; otherwise
-    the SH x SW
-    stride phases of one padded channel plane (HQ x WQ each, plus WQ + 32 floats read past the
-    end), the OH x WQ output grid + 32, and one padded row of WQ * SW floats."""
+    (ES_F32_DW_LANES) 16 channels' padded input, one output row, weights and biases;
+    otherwise the SH x SW stride phases of one padded channel plane (HQ x WQ each, plus
+    WQ + 32 floats read past the end), the OH x WQ output grid + 32, and one padded row of
+    WQ * SW floats."""
     def q(o: str, k: str, s: str, d: str) -> int:
         return ((p[o] - 1) * p[s] + (p[k] - 1) * p[d] + p[s]) // p[s]
 
