@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from edgesmith.convert.onnx_graph import consumers_of
+
 SQRT2 = math.sqrt(2.0)
 
 
@@ -33,10 +35,7 @@ def exact_gelus(model: Any) -> list[Any]:
     for n in g.node:
         if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
             consts[n.output[0]] = onnx.numpy_helper.to_array(n.attribute[0].t)
-    consumers: dict[str, list[Any]] = {}
-    for n in g.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
+    consumers = consumers_of(g)
     outputs = {o.name for o in g.output}
     producer = {o: n for n in g.node for o in n.output}
 

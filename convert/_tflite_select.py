@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from edgesmith.convert.onnx_graph import consumers_of
 from edgesmith.errors import ConversionError
 
 SAMPLES = 4  # samples both models run to find twins
@@ -45,10 +46,7 @@ def float_tensors(fp32_onnx: Path, calibrated: Path, nodes: list[str], x: np.nda
              if (t := tfl.twin(v)) is not None}
     consts = {i.name for i in model.graph.initializer} | {
         o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
-    consumers: dict[str, list[Any]] = {}
-    for n in model.graph.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
+    consumers = consumers_of(model.graph)
     return {node: tfl.region(_output_twin(by_name[node], twins, consumers, consts),
                              set(twins.values()), node)
             for node in nodes}

@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from edgesmith.artifact import Artifact, sha256_path
 from edgesmith.capture import capture_output
 from edgesmith.convert._stages import run_stage
+from edgesmith.convert.onnx_graph import consumers_of
 from edgesmith.errors import ConversionError
 from edgesmith.target import CompatRule, ConvertContext, Runner, Target
 
@@ -243,11 +244,9 @@ def _onnx_consumers(fp32_onnx: Path) -> dict[str, list[str]]:
     import onnx
 
     graph = onnx.load(str(fp32_onnx), load_external_data=False).graph
-    readers: dict[str, list[str]] = {}
-    for n in graph.node:
-        for i in n.input:
-            readers.setdefault(i, []).append(n.name)
-    return {n.name: readers.get(n.output[0], []) for n in graph.node if n.output}
+    readers = consumers_of(graph)
+    return {n.name: [r.name for r in readers.get(n.output[0], [])]
+            for n in graph.node if n.output}
 
 
 def _stage(ctx: ConvertContext, stage: str, fn):

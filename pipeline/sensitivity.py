@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from edgesmith.convert.onnx_graph import consumers_of
+
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 
 
@@ -56,15 +58,6 @@ class _Probe:
         if self.noise <= 0:
             return math.inf
         return 10 * math.log10(max(self.signal, 1e-30) / self.noise)
-
-
-def consumers_of(graph: Any) -> dict[str, list[Any]]:
-    """Tensor name -> the nodes of an ONNX ``graph`` that read it, in graph order."""
-    consumers: dict[str, list[Any]] = {}
-    for n in graph.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
-    return consumers
 
 
 class _Graph:
