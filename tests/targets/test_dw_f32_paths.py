@@ -1,13 +1,16 @@
 """Each path of the fp32 depthwise kernel against the reference es_conv2d_f32, on odd
 shapes swept rather than picked: input widths 1 to 33 with 3x3 and 5x5 taps, stride 1 and
-2, padding that differs on every side (top/left/bottom/right), channel counts that leave a
-16-channel block part full, and the fused activations; plus wide rows: the ones the AVX-512
-kernel reads straight from the planes (stride 2 with OW >= 24, a dilated row) and 5x5
-stride 1 rows of 24+ outputs through the phases. The planes' sizes route the cases through
-all three paths: channels in the lanes (at most 64 outputs, or 256 with 25+ taps), the
-direct AVX-512 rows, and the stride phases. Every build the runtime has (portable, AVX2,
-AVX-512, NEON under qemu) runs the sweep; under AddressSanitizer each case gets exactly
-ES_F32_DW_SCRATCH bytes and the generator's formula must equal the macro."""
+2, padding that differs on every side (top/left/bottom/right), heights that leave the last
+block of four output rows part full, channel counts that leave a 16-channel block part
+full, and the fused activations; plus wide rows: 3x3 and 5x5 rows of 24 to 1100 outputs,
+and the shapes the other AVX-512 paths keep (non-square, 7x7, dilated). The shapes route
+the cases through all four paths: the AVX-512 rows with the taps fixed at compile time
+(square 3x3 / 5x5, stride 1 or 2, rows of 12+ outputs or planes too big for the lanes),
+channels in the lanes (at most 64 outputs, or 256 with 25+ taps), the AVX-512 direct rows
+(stride 2, 24+ outputs, other kernel sizes and dilations), and the stride phases. Every
+build the runtime has (portable, AVX2, AVX-512, NEON under qemu) runs the sweep; under
+AddressSanitizer each case gets exactly ES_F32_DW_SCRATCH bytes and the generator's
+formula must equal the macro."""
 
 from __future__ import annotations
 
@@ -40,26 +43,50 @@ def sweep_cases() -> list[tuple]:
                 c = (w * 7 + k + s) % 23 + 1  # 1..23: blocks of 16 part full
                 act = ACTS[(w + k + s) % len(ACTS)]
                 out.append((c, h, w, k, k, s, s, pt, pl, pb, pr, 1, 1, act))
-    # rows of 24+ outputs: the AVX-512 direct path (stride 2) with masks on both edges, a row
-    # that ends inside the second 16 of a 32-output chunk, dilation 2 along the row, a row
-    # past ES_DWD_MAXOW (phases again); and 5x5 stride 1, which stays on the phases
+    # rows of 24+ outputs, square 3x3 / 5x5 (the compile-time-tap rows on AVX-512): masks on
+    # both edges, a row that ends inside a 16-output chunk, a row of 550 outputs, 5x5
+    # stride 1 and 2
     for c, h, w, k, s, pt, pl, pb, pr, dw_, act in (
             (3, 27, 49, 3, 2, 1, 0, 0, 1, 1, 2), (5, 23, 64, 3, 2, 0, 1, 1, 0, 1, 6),
             (2, 27, 97, 5, 2, 2, 1, 0, 2, 1, 4), (4, 29, 80, 3, 2, 1, 1, 1, 1, 2, 1),
             (7, 22, 113, 5, 2, 1, 2, 2, 1, 1, 3), (2, 5, 1100, 3, 2, 1, 1, 1, 1, 1, 2),
             (3, 12, 33, 5, 1, 2, 0, 1, 2, 1, 5), (6, 15, 40, 5, 1, 0, 2, 2, 1, 1, 7),
-            (17, 9, 28, 5, 1, 2, 2, 2, 2, 1, 6), (2, 7, 58, 5, 1, 1, 3, 0, 1, 2, 0)):
+            (17, 9, 28, 5, 1, 2, 2, 2, 2, 1, 6), (2, 7, 58, 5, 1, 1, 3, 0, 1, 2, 0),
+            (3, 10, 112, 3, 1, 1, 0, 2, 1, 1, 6), (2, 11, 113, 5, 1, 2, 1, 0, 2, 1, 2)):
         out.append((c, h, w, k, k, s, s, pt, pl, pb, pr, 1, dw_, act))
+    # what the compile-time rows leave to the direct rows (3x5, 7x7, dilated along the row)
+    # and to the phases (dilated rows, a row past ES_DWD_MAXOW, stride 3)
+    out += [(3, 9, 70, 3, 5, 2, 2, 1, 2, 1, 2, 1, 1, 2),
+            (2, 15, 90, 7, 7, 2, 2, 3, 3, 3, 3, 1, 1, 6),
+            (3, 12, 30, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2, 5),
+            (2, 5, 1100, 3, 3, 2, 2, 1, 1, 1, 1, 1, 2, 2),
+            (4, 14, 40, 3, 3, 3, 3, 1, 0, 1, 2, 1, 1, 4)]
     return out
 
 
+def _path(g: dict) -> str:
+    """The path es_dwconv2d_f32 takes on an AVX-512 build (its dispatch, in Python)."""
+    k = (g["KH"] == g["KW"] and g["KH"] in (3, 5) and g["SH"] == g["SW"] and g["SH"] in (1, 2)
+         and g["DH"] == 1 and g["DW"] == 1)
+    if k and (g["OW"] >= 12 or not dw_f32_lanes(g)):
+        return "rows"
+    if dw_f32_lanes(g):
+        return "lanes"
+    if g["SW"] == 2 and g["DH"] == 1 and 24 <= g["OW"] <= 512 and g["KW"] <= 16:
+        return "direct"
+    return "phases"
+
+
 def test_the_sweep_reaches_every_path():
-    """Some cases run in the lanes, some on the direct rows, some through the phases."""
+    """Every path gets cases, the compile-time rows with every K, S and a part-full last
+    block of four output rows."""
     geos = [_geo(c) for c in sweep_cases()]
-    lanes = [g for g in geos if dw_f32_lanes(g)]
-    direct = [g for g in geos if not dw_f32_lanes(g) and g["OW"] >= 24 and g["DH"] == 1
-              and g["SW"] == 2]
-    assert lanes and len(direct) >= 5 and len(lanes) + len(direct) < len(geos)
+    paths = [_path(g) for g in geos]
+    rows = [g for g, p in zip(geos, paths, strict=True) if p == "rows"]
+    assert paths.count("lanes") >= 5 and paths.count("direct") >= 3
+    assert paths.count("phases") >= 3 and len(rows) >= 40
+    assert {(g["KH"], g["SH"], g["OH"] % 4) for g in rows} >= {
+        (k, s, r) for k in (3, 5) for s in (1, 2) for r in range(4)}
     assert all(g["OH"] >= 1 and g["OW"] >= 1 for g in geos)
     assert len({(g["PT"], g["PB"]) for g in geos if g["PT"] != g["PB"]}) > 2
 

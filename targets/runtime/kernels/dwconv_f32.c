@@ -4,10 +4,14 @@
  * depthwise are two kernels with two owners; what they share is in headers: the vector
  * activations (es_act_simd.h) and the stride phases of a padded plane (es_phases_f32.h).
  *
- * Three paths, chosen by shape in es_dwconv2d_f32 (timed side by side on the depthwise
+ * Four paths, chosen by shape in es_dwconv2d_f32 (timed side by side on the depthwise
  * convs of MobileNetV2/V3 and EfficientNet-B0, AMD EPYC, AVX-512 and AVX2 builds):
+ *   - AVX-512, square 3 x 3 and 5 x 5, stride 1 or 2, undilated (dw_k): straight from the
+ *     planes, four output rows at a time, on rows of 12+ outputs or planes too big for the
+ *     lanes: every such conv of the MobileNets and EfficientNet but the 7 x 7 and smaller;
  *   - channels in the lanes (dw_lanes): planes of ES_F32_DW_LANES outputs (7 x 7 to 14 x 14);
- *   - AVX-512, stride 2, rows of 24+ outputs (dw_direct): straight from the planes;
+ *   - AVX-512, stride 2, rows of 24+ outputs (dw_direct), the other kernel sizes and
+ *     dilations: straight from the planes;
  *   - the stride phases (dwf_taps): everything else, every ISA. */
 #include <string.h>
 
@@ -385,6 +389,77 @@ static void dw_direct(const float *x, const float *w, const float *b, float *y,
             }
     }
 }
+
+/* ---- AVX-512: 3 x 3 and 5 x 5, rows of the plane, taps fixed at compile time -----------
+ * The direct rows above take KH, KW and the stride at run time, so every tap pays a loop
+ * test, a branch per output row and a mask lookup; run on a stride-1 plane it was 1.2-1.5x
+ * slower than the phases. Here the square K x K, stride-S (1 or 2) convs of the MobileNets
+ * and EfficientNet get their own instances (dwk_block for each K, S): the K^2 weights are
+ * in registers, four output rows of 16 columns accumulate at once (four FMA chains, and an
+ * input row read by several of them is loaded once: K + 3 S rows for 4 K^2 multiplies),
+ * and the row and tap loops unroll, so each tap is a masked load and an FMA. Lanes whose
+ * input column falls in the padding or past the row are masked to zero as in dwd_load, and
+ * so are input rows outside the plane (skipped). Any width, so it also takes the 14 x 14
+ * and 28 x 28 planes the phases ran at a third of this speed. */
+#define ES_DWK_ROWS 4
+#define ES_DWK(p)                                                                          \
+    ((p)->KH == (p)->KW && ((p)->KH == 3 || (p)->KH == 5) && (p)->SH == (p)->SW &&         \
+     ((p)->SH == 1 || (p)->SH == 2) && (p)->DH == 1 && (p)->DW == 1)
+
+/* output rows [oh, oh + nr), nr <= 4, columns [ow, ow + 16) of one channel */
+ES_DW_INLINE void dwk_block(const float *xc, const __m512 *wk, __m512 bias, float *yc, int oh,
+                            int nr, int ow, const es_conv_params *p, const int K, const int S) {
+    const int ih0 = oh * S - p->PT, c0 = ow * S - p->PL, n = p->OW - ow;
+    __m512 acc[ES_DWK_ROWS];
+    unsigned long long m[5];
+    int i, kw, r;
+    for (r = 0; r < ES_DWK_ROWS; ++r) acc[r] = bias;
+    for (kw = 0; kw < K; ++kw) m[kw] = dwd_mask(c0 + kw, p->W, S);
+#pragma GCC unroll 16
+    for (i = 0; i < (ES_DWK_ROWS - 1) * S + K; ++i) { /* input row ih0 + i */
+        const float *xr;
+        if (ih0 + i < 0 || ih0 + i >= p->H) continue; /* padding: adds zero */
+        xr = xc + (size_t)(ih0 + i) * p->W;
+#pragma GCC unroll 8
+        for (kw = 0; kw < K; ++kw) {
+            const __m512 v = S == 1 ? _mm512_maskz_loadu_ps((__mmask16)m[kw], xr + c0 + kw)
+                                    : dwd_load(xr, c0 + kw, m[kw], 2);
+#pragma GCC unroll 4
+            for (r = 0; r < ES_DWK_ROWS; ++r) /* the tap row of output row oh + r */
+                if (i - r * S >= 0 && i - r * S < K)
+                    acc[r] = _mm512_fmadd_ps(v, wk[(i - r * S) * K + kw], acc[r]);
+        }
+    }
+    for (r = 0; r < nr; ++r)
+        _mm512_mask_storeu_ps(yc + (size_t)(oh + r) * p->OW + ow, (__mmask16)ES_DWD_MASK(n),
+                              act512v(acc[r], p->act, p->a0, p->a1));
+}
+
+ES_DW_INLINE void dwk_plane(const float *xc, const float *wc, float b, float *yc,
+                            const es_conv_params *p, const int K, const int S) {
+    __m512 wk[25];
+    const __m512 bias = _mm512_set1_ps(b);
+    int t, oh, ow;
+    for (t = 0; t < K * K; ++t) wk[t] = _mm512_set1_ps(wc[t]);
+    for (oh = 0; oh < p->OH; oh += ES_DWK_ROWS) {
+        const int nr = p->OH - oh < ES_DWK_ROWS ? p->OH - oh : ES_DWK_ROWS;
+        for (ow = 0; ow < p->OW; ow += 16) dwk_block(xc, wk, bias, yc, oh, nr, ow, p, K, S);
+    }
+}
+
+static void dw_k(const float *x, const float *w, const float *b, float *y,
+                 const es_conv_params *p) {
+    const int K = p->KH, ksz = K * K, P = p->OH * p->OW;
+    int c;
+    for (c = 0; c < p->C; ++c) {
+        const float *xc = x + (size_t)c * p->H * p->W, *wc = w + (size_t)c * ksz;
+        float *yc = y + (size_t)c * P;
+        if (K == 3 && p->SH == 1) dwk_plane(xc, wc, b[c], yc, p, 3, 1);
+        else if (K == 3) dwk_plane(xc, wc, b[c], yc, p, 3, 2);
+        else if (p->SH == 1) dwk_plane(xc, wc, b[c], yc, p, 5, 1);
+        else dwk_plane(xc, wc, b[c], yc, p, 5, 2);
+    }
+}
 #endif
 
 void es_dwconv2d_f32(const float *x, const float *w, const float *b, float *scratch,
@@ -399,6 +474,14 @@ void es_dwconv2d_f32(const float *x, const float *w, const float *b, float *scra
     float *ph = scratch, *ext = ph + (size_t)SH * SW * pq, *row = ext + n + ES_DWF_CHUNK;
     const float *src[ES_F32_DW_MAXTAPS];
     int c, t, t0, oh;
+#if defined(__AVX512F__)
+    /* rows of 12+ outputs beat the lanes too (5 x 5 on 14 x 14: 0.7x); 7 x 7 and narrower
+     * fill too few of a row's 16 lanes, and stay there */
+    if (ES_DWK(p) && (OW >= 12 || !ES_F32_DW_LANES(OH, OW, KH, KW))) {
+        dw_k(x, w, b, y, p);
+        return;
+    }
+#endif
     if (ES_F32_DW_LANES(OH, OW, KH, KW)) {
         dw_lanes(x, w, b, scratch, y, p);
         return;
