@@ -22,10 +22,11 @@ ranks candidates, benchmarks/tiling_arena.py measures them (``--top``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from math import ceil
 
 from .graph import Graph, Step
-from .tiling import Patch, TiledStep, conv_params, macs
+from .tiling import Patch, TiledStep, Win, conv_params, macs
 
 BLOCK = 16  # columns the int8 depthwise and stem kernels process at a time
 DW_NS = (17.8, 14.2, 39.1)  # per channel block; x input row blocks; x output row blocks
@@ -71,17 +72,19 @@ def layer_ns(fn: str, p: dict | None, count: int) -> float:
     return NS_PER_MAC.get(fn, GEMM_NS_PER_MAC) * macs(p) + CALL_NS
 
 
-def _patch_copies(st: TiledStep, pa: Patch) -> int:
-    """Bytes a patch copies: its input window in, its output window out, skip windows."""
-    def area(w: tuple[int, int, int, int]) -> int:
-        return (w[1] - w[0]) * (w[3] - w[2])
-
-    n = area(pa.win[0]) * st.channels[0] * st.elem[0]
-    n += area(pa.win[-1]) * st.channels[-1] * st.elem[-1]
+def _copied_windows(st: TiledStep, pa: Patch) -> Iterator[tuple[Win, int, int]]:
+    """(window, channels, element bytes) of each window a patch copies: its input window
+    in, its output window out, and the wider window of each skip an Add reads."""
+    yield pa.win[0], st.channels[0], st.elem[0]
+    yield pa.win[-1], st.channels[-1], st.elem[-1]
     for sub in pa.sub:
         if sub is not None:
-            n += area(sub[1]) * st.channels[-1] * st.elem[-1]
-    return n
+            yield sub[1], st.channels[-1], st.elem[-1]
+
+
+def _patch_copies(st: TiledStep, pa: Patch) -> int:
+    """Bytes a patch copies."""
+    return sum((w[1] - w[0]) * (w[3] - w[2]) * c * e for w, c, e in _copied_windows(st, pa))
 
 
 def tiled_cost(st: TiledStep) -> float:
@@ -111,12 +114,7 @@ def model_cost(g: Graph) -> float:
 def row_copies(st: TiledStep) -> int:
     """es_copy calls of the patches' window copies: one per plane row (in, out, skips);
     full-width stripes copy fewer, longer rows than square patches of the same area."""
-    n = 0
-    for pa in st.patches:
-        n += st.channels[0] * (pa.win[0][1] - pa.win[0][0])
-        n += st.channels[-1] * (pa.win[-1][1] - pa.win[-1][0])
-        n += sum(st.channels[-1] * (sub[1][1] - sub[1][0]) for sub in pa.sub if sub)
-    return n
+    return sum(c * (w[1] - w[0]) for pa in st.patches for w, c, _ in _copied_windows(st, pa))
 
 
 def latency_ratio(g: Graph, seg: list[Step], st: TiledStep, untiled: float) -> float:
