@@ -20,7 +20,11 @@ CHECK = Path(__file__).parent / "c" / "dw_hwc_check.c"
 FIXED = [(16, 32, 32, 3, 1, 1, 1), (96, 32, 32, 3, 2, 1, 1), (144, 16, 16, 3, 1, 1, 1),
          (144, 16, 16, 3, 2, 1, 1), (192, 8, 8, 3, 1, 1, 1), (192, 8, 8, 3, 2, 1, 1),
          (384, 4, 4, 3, 1, 1, 1), (32, 8, 8, 3, 1, 1, 1), (960, 7, 7, 3, 1, 1, 1),
-         (40, 9, 9, 3, 1, 2, 2), (24, 13, 13, 5, 2, 2, 1)]
+         (40, 9, 9, 3, 1, 2, 2), (24, 13, 13, 5, 2, 2, 1),
+         # whole planes in the ring (plane_taps): MobileNetV2-96's 6x6 and 3x3 layers, a
+         # stride-2 6x6, EfficientNet's 5x5 on 7x7, a partial last block and a 1x1 plane
+         (384, 6, 6, 3, 1, 1, 1), (576, 6, 6, 3, 2, 1, 1), (960, 3, 3, 3, 1, 1, 1),
+         (1152, 7, 7, 5, 1, 2, 1), (40, 6, 6, 3, 1, 1, 1), (24, 1, 1, 3, 1, 1, 1)]
 
 
 def _out(size: int, before: int, after: int, span: int, stride: int) -> int:

@@ -50,7 +50,13 @@
  * channel's consecutive rows are contiguous: the 16-byte chunks are then full instead of
  * one mostly empty chunk per row (W = 3, 6, 12, 24), each row is realigned by one funnel shift per four columns, and the
  * ring has NR = KH + B - 1 slots so that a batch of B rows never evicts a row the current
- * output row reads. Other dilations go through a byte transpose of the row. Four output
+ * output row reads. When the padded rows the taps read all fit in those NR slots (planes
+ * of 3x3 to 7x7 late in a network), a block holds its whole padded plane, the vertical
+ * padding stored once per call, and the output pixels are computed as one flat run
+ * (plane_taps): four pixels to a group across row ends, so a 6x6 plane is 9 groups instead
+ * of 12 and one call per block instead of one per output row (0.80x the time on
+ * MobileNetV2-96's 6x6 layers, 0.85x on its 3x3). Other dilations go through a byte
+ * transpose of the row. Four output
  * columns share each weight vector and are requantised together (a row's last 1..3 as
  * well, under masks), packed to int8 by saturating packs; when every shift is <= -2 (the
  * usual case) the rounding needs only the high words of the 64-bit products
@@ -653,6 +659,65 @@ ES_NOINLINE static void block_row(int8_t *o, const dw_scratch *s, int nv, __m512
     }
 }
 
+/* Small planes (ES_I8_DW_HWC_BATCH > 1 and every padded row the taps read fits the ring):
+ * the whole padded plane of a block lies in the ring, padded row r in slot r, the rows of
+ * the vertical padding stored as padding once per call. Output pixels are then one flat
+ * run, oh*OW + ow, four to a group whatever the row width: a 6x6 plane is 9 groups, not 12
+ * (a row of 6 is a group and a half), with one call per block instead of one per output row.
+ * toff[t]: the ring offset of output pixel t's first tap; tap (kh, q) adds kh*slot + q*256.
+ * The pixels past n in the last group read nothing (masked loads) and are not stored. */
+ES_NOINLINE static void plane_taps(int8_t *o, const unsigned char *ring, const int32_t *toff,
+                                   int n, size_t slot, int KH, int KQ, const unsigned char *wts,
+                                   __m512i bias, const dw_rq *rqp) {
+    const dw_rq rc = *rqp, *rq = &rc; /* a local copy: stores to o cannot alias it */
+    const __m512i d4 = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    const __m512i mult = rq->r.mult, mult_o = rq->r.mult_o, rest = rq->r.rest1, rnd = rq->r.rnd;
+    const __m512 scale = rq->r.scale, hi = rq->r.hi;
+    const int fp32 = rq->r.fp32, fast = rq->r.fp32 || rq->r.short_;
+    const __m512i yzp16 = rq->yzp16, qmin8 = rq->qmin8, qmax8 = rq->qmax8;
+    int t, kh, q;
+    for (t = 0; t < n; t += 4) {
+        const int m = n - t; /* pixels left; under 4 only in the last group */
+        const __mmask16 l1 = m > 1 ? 0xffff : 0, l2 = m > 2 ? 0xffff : 0, l3 = m > 3 ? 0xffff : 0;
+        const unsigned char *x0 = ring + toff[t];
+        /* a pixel that does not exist takes pixel t's offset, its loads masked off */
+        const unsigned char *x1 = ring + toff[m > 1 ? t + 1 : t];
+        const unsigned char *x2 = ring + toff[m > 2 ? t + 2 : t];
+        const unsigned char *x3 = ring + toff[m > 3 ? t + 3 : t];
+        __m512i a[4], p01, p23, v;
+        a[0] = a[1] = a[2] = a[3] = bias;
+        for (kh = 0; kh < KH; ++kh)
+            for (q = 0; q < KQ; ++q) {
+                const size_t d = (size_t)kh * slot + (size_t)q * 256;
+                const __m512i wq = _mm512_loadu_si512(wts + (size_t)(kh * KQ + q) * 64);
+                a[0] = _mm512_dpbusd_epi32(a[0], _mm512_loadu_si512(x0 + d), wq);
+                a[1] = _mm512_dpbusd_epi32(a[1], _mm512_maskz_loadu_epi32(l1, x1 + d), wq);
+                a[2] = _mm512_dpbusd_epi32(a[2], _mm512_maskz_loadu_epi32(l2, x2 + d), wq);
+                a[3] = _mm512_dpbusd_epi32(a[3], _mm512_maskz_loadu_epi32(l3, x3 + d), wq);
+            }
+        if (!fast) {
+            store4(o + (size_t)t * 16, a, rq, m >= 4 ? 0xffff : cols_mask(m));
+            continue;
+        }
+        /* as row_taps_3_short */
+        if (fp32) {
+            p01 = _mm512_packs_epi32(es_rqf16_hi_avx512(a[0], scale, hi),
+                                     es_rqf16_hi_avx512(a[1], scale, hi));
+            p23 = _mm512_packs_epi32(es_rqf16_hi_avx512(a[2], scale, hi),
+                                     es_rqf16_hi_avx512(a[3], scale, hi));
+        } else {
+            p01 = _mm512_packs_epi32(es_mulq16_short(a[0], mult, mult_o, rnd, rest),
+                                     es_mulq16_short(a[1], mult, mult_o, rnd, rest));
+            p23 = _mm512_packs_epi32(es_mulq16_short(a[2], mult, mult_o, rnd, rest),
+                                     es_mulq16_short(a[3], mult, mult_o, rnd, rest));
+        }
+        v = _mm512_packs_epi16(_mm512_adds_epi16(p01, yzp16), _mm512_adds_epi16(p23, yzp16));
+        v = fp32 ? _mm512_max_epi8(v, qmin8) : _mm512_min_epi8(_mm512_max_epi8(v, qmin8), qmax8);
+        _mm512_mask_storeu_epi32(o + (size_t)t * 16, m >= 4 ? 0xffff : cols_mask(m),
+                                 _mm512_permutexvar_epi32(d4, v));
+    }
+}
+
 /* n output columns of 16 bytes (o, capacity rounded up to 16 columns) to CHW y: channel c
  * gets its n bytes at y + c*plane */
 static void store_cols(int8_t *y, const int8_t *o, int n, size_t plane, int nc) {
@@ -990,7 +1055,24 @@ void es_dwconv2d_i8_hwc(const int8_t *x, const int8_t *w, const int32_t *bias,
     const dw_scratch s = dw_layout(scratch, p, Wp);
     const int sh_q = SH / DH, sh_r = SH % DH; /* a stride in slots, and what is left over */
     int cb, oh, kh;
-#if !defined(ES_DW_HWC_VNNI)
+#if defined(ES_DW_HWC_VNNI)
+    /* the padded rows the taps read; all of them in the ring: plane_taps */
+    const int hr = (OH - 1) * SH + (KH - 1) * DH + 1;
+    const int whole = s.batch > 1 && hr <= s.nr && OH * OW <= s.obc && OH * OW <= 128;
+    const int hin = (hr - PT < H ? hr - PT : H); /* input rows read: 0 .. hin-1 */
+    int32_t toff[128];
+    if (whole) {
+        const __m512i pad = _mm512_set1_epi8((char)(p->x_zp + 128));
+        int r, j;
+        for (r = 0; r < hr; ++r) /* the vertical padding, stored once for every block */
+            if (r < PT || r >= PT + H)
+                for (j = 0; j < Wp; ++j)
+                    _mm512_storeu_si512(s.ring + (size_t)r * s.slot + (size_t)j * 64, pad);
+        for (oh = 0; oh < OH; ++oh)
+            for (j = 0; j < OW; ++j)
+                toff[oh * OW + j] = oh * SH * s.slot + j * p->SW * 64;
+    }
+#else
     memset(s.ring, 0, (size_t)s.nr * s.slot); /* the padding columns stay 0 */
 #endif
     for (cb = 0; cb < C; cb += 16) {
@@ -1003,6 +1085,23 @@ void es_dwconv2d_i8_hwc(const int8_t *x, const int8_t *w, const int32_t *bias,
         dw_rq rq;
         block_consts(&bv, &rq, bias + cb, mult + cb, shift + cb, nc, p);
         block_weights(&s, w + cb, KH, KW, Cp, p->x_zp);
+        if (whole) {
+            int ih;
+            __m512i b = bv;
+            for (ih = 0; ih < hin; ih += s.batch) /* padded row PT + ih in slot PT + ih */
+                fill_rows_narrow(&s, x + (size_t)cb * cstride + (size_t)ih * W, cstride, nc,
+                                 s.batch < hin - ih ? s.batch : hin - ih, W, lo, n, Wp,
+                                 PT + ih, PT + ih, step, p->x_zp);
+            for (kh = 0; kh < KH; ++kh) /* every kernel row reads stored bytes, padding too */
+                b = _mm512_sub_epi32(b, _mm512_loadu_si512(s.corr + (size_t)kh * 16));
+            plane_taps(s.obuf, s.ring, toff, OH * OW, (size_t)s.slot, KH, (KW + 3) / 4, s.wts,
+                       b, &rq);
+            if (p->y_quads)
+                store_quads(y + (size_t)cb * plane, s.obuf, OH * OW, 4 * plane, nc);
+            else
+                store_cols(y + (size_t)cb * plane, s.obuf, OH * OW, plane, nc);
+            continue;
+        }
 #else
         dw_consts k;
         int i;
