@@ -284,7 +284,7 @@ typedef struct {
     const int32_t *mult, *shift;
     int32_t fp32, y_zp, qmin, qmax;
     __m512 lo, hi;
-    __m512i zp, zp16, qmin8;
+    __m512i zp, zp16, qmin8, qmax8;
 } dot_out;
 
 static dot_out out_consts(const int32_t *mult, const int32_t *shift, const es_conv_params *p) {
@@ -300,6 +300,7 @@ static dot_out out_consts(const int32_t *mult, const int32_t *shift, const es_co
     o.zp = _mm512_set1_epi32(p->y_zp);
     o.zp16 = _mm512_set1_epi16((short)p->y_zp);
     o.qmin8 = _mm512_set1_epi8((char)p->qmin);
+    o.qmax8 = _mm512_set1_epi8((char)p->qmax);
     return o;
 }
 
@@ -412,20 +413,37 @@ static inline void put4_f32(const dot_block *b, dot_dest d, __m512i r0, __m512i 
 /* put4_f32 of two whole tiles side by side, a's 16 pixels then b's (pix, pix + 16), two rows
  * at a time: rows r of a and b share their packs, so one vector holds 32 bytes of each of
  * two rows and each row is one 32-byte store (put4_f32 twice stores each 16 bytes through
- * its own extract). Same arithmetic, lane for lane, so the same bytes. */
+ * its own extract). Same arithmetic, lane for lane, so the same bytes.
+ *
+ * below1 (every scale of the 8 rows under 1, as requantisation scales nearly always are):
+ * |acc * scale| < 2^31, so vcvtps2dq cannot overflow and the upper clamp moves from the
+ * floats to the bytes, beside the lower one: one vpminsb per 64 outputs for a vminps per
+ * 16. Rounding is monotone and qmax - y_zp an integer, so clamping before or after it is
+ * the same, and the saturating packs keep order; the bytes are es_requant's either way.
+ * At K = 16 (MobileNetV2's 16 -> 96 expand) the requantisation is half of a tile. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
 static inline void put2x32_f32(int pix, __m512i a0, __m512i a1, __m512i b0, __m512i b1,
-                               int8_t *ym, size_t P, __m512 s0, __m512 s1, const dot_out *o) {
+                               int8_t *ym, size_t P, __m512 s0, __m512 s1, const dot_out *o,
+                               const int below1) {
     /* per 128-bit lane l the packs leave dwords a0, b0, a1, b1 (4 pixels each): gathered to
      * row 0's 32 bytes in the low half, row 1's in the high half */
     const __m512i rows = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-    const __m512i p0 = _mm512_adds_epi16(
-        _mm512_packs_epi32(es_rqf16_hi_avx512(a0, s0, o->hi), es_rqf16_hi_avx512(b0, s0, o->hi)),
-        o->zp16);
-    const __m512i p1 = _mm512_adds_epi16(
-        _mm512_packs_epi32(es_rqf16_hi_avx512(a1, s1, o->hi), es_rqf16_hi_avx512(b1, s1, o->hi)),
-        o->zp16);
-    const __m512i v =
-        _mm512_permutexvar_epi32(rows, _mm512_max_epi8(_mm512_packs_epi16(p0, p1), o->qmin8));
+    __m512i p0, p1, v;
+    if (below1) {
+        p0 = _mm512_packs_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_cvtepi32_ps(a0), s0)),
+                                _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_cvtepi32_ps(b0), s0)));
+        p1 = _mm512_packs_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_cvtepi32_ps(a1), s1)),
+                                _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_cvtepi32_ps(b1), s1)));
+    } else {
+        p0 = _mm512_packs_epi32(es_rqf16_hi_avx512(a0, s0, o->hi), es_rqf16_hi_avx512(b0, s0, o->hi));
+        p1 = _mm512_packs_epi32(es_rqf16_hi_avx512(a1, s1, o->hi), es_rqf16_hi_avx512(b1, s1, o->hi));
+    }
+    v = _mm512_packs_epi16(_mm512_adds_epi16(p0, o->zp16), _mm512_adds_epi16(p1, o->zp16));
+    v = _mm512_max_epi8(v, o->qmin8);
+    if (below1) v = _mm512_min_epi8(v, o->qmax8);
+    v = _mm512_permutexvar_epi32(rows, v);
     _mm256_storeu_si256((__m256i *)(ym + pix), _mm512_castsi512_si256(v));
     _mm256_storeu_si256((__m256i *)(ym + P + pix), _mm512_extracti64x4_epi64(v, 1));
 }
@@ -556,13 +574,27 @@ static void tile_8x32(const dot_block *a, const dot_block *b, const int8_t *w8, 
             const dot_dest da = dest(a), db = dest(b);
             const __m512 sv = row_scales8(m0, &o);
             if (da.whole && db.whole && db.pix == da.pix + TP) { /* 32 pixels in a row */
-                put2x32_f32(da.pix, s0, s1, u0, u1, ym, P2, scale_of(sv, 0), scale_of(sv, 1), &o);
+                /* scales under 1: exponent field below 127's (es_rq_scale builds them) */
+                if (_mm512_mask_cmplt_epu32_mask((__mmask16)0xff, _mm512_castps_si512(sv),
+                                                 _mm512_set1_epi32(0x3f800000)) == 0xff) {
+                    put2x32_f32(da.pix, s0, s1, u0, u1, ym, P2, scale_of(sv, 0),
+                                scale_of(sv, 1), &o, 1);
+                    put2x32_f32(da.pix, s2, s3, u2, u3, ym + 2 * P2, P2, scale_of(sv, 2),
+                                scale_of(sv, 3), &o, 1);
+                    put2x32_f32(da.pix, s4, s5, u4, u5, ym + 4 * P2, P2, scale_of(sv, 4),
+                                scale_of(sv, 5), &o, 1);
+                    put2x32_f32(da.pix, s6, s7, u6, u7, ym + 6 * P2, P2, scale_of(sv, 6),
+                                scale_of(sv, 7), &o, 1);
+                    return;
+                }
+                put2x32_f32(da.pix, s0, s1, u0, u1, ym, P2, scale_of(sv, 0), scale_of(sv, 1),
+                            &o, 0);
                 put2x32_f32(da.pix, s2, s3, u2, u3, ym + 2 * P2, P2, scale_of(sv, 2),
-                            scale_of(sv, 3), &o);
+                            scale_of(sv, 3), &o, 0);
                 put2x32_f32(da.pix, s4, s5, u4, u5, ym + 4 * P2, P2, scale_of(sv, 4),
-                            scale_of(sv, 5), &o);
+                            scale_of(sv, 5), &o, 0);
                 put2x32_f32(da.pix, s6, s7, u6, u7, ym + 6 * P2, P2, scale_of(sv, 6),
-                            scale_of(sv, 7), &o);
+                            scale_of(sv, 7), &o, 0);
                 return;
             }
             put4_f32(a, da, s0, s1, s2, s3, ym, P2, sv, 0, &o);

@@ -32,6 +32,11 @@ int main(int argc, char **argv) {
     p.y_zp = r(256) - 128; /* and the output range whole or Relu / Relu6-like */
     if (r(2)) { p.qmin = p.y_zp; p.qmax = p.y_zp + r(128 - p.y_zp); }
     for (i = 0; i < p.M && p.rq == ES_RQ_FP32; ++i) mu[i] &= ~0x7f;
+    /* a quarter of the fp32 convs get scales of 1 and more on every third channel (drawn
+     * last, so the rest of the stream is unchanged): the dot kernel clamps them in floats,
+     * the all-under-1 blocks in bytes */
+    if (p.rq == ES_RQ_FP32 && r(4) == 0)
+        for (i = 0; i < p.M; i += 3) sh[i] = 1 + r(2);
     es_conv2d_i8(x, w, b, mu, sh, sc, y0, &p);
     es_conv2d_i8_fast(x, w, b, mu, sh, sc, y1, &p);
     if (memcmp(y0, y1, ny)) { printf("fast differs\n"); return 1; }
