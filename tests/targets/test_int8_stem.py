@@ -1,6 +1,6 @@
 """The int8 stem kernel (es_conv2d_i8_stem: few input channels, whole patches packed four
 taps to a word) is bit-identical to the portable reference kernel on odd shapes, in its
-portable, AVX2, AVX-512 VNNI and aarch64 (qemu) builds, stays inside the scratch its size
+portable, AVX2, AVX-512 VNNI (with and without VBMI2) and aarch64 (qemu) builds, stays inside the scratch its size
 formula promises, and is what a VNNI build of a network's RGB stem runs."""
 
 from __future__ import annotations
@@ -75,6 +75,12 @@ FLAVOURS = [("portable", "cc", ["-O2"], []),
                 not _cpu_has("avx2"), reason="this CPU has no AVX2")),
             pytest.param("avx512vnni", "cc", ["-O3", *VNNI], [], marks=pytest.mark.skipif(
                 not _cpu_has("avx512_vnni"), reason="this CPU has no AVX-512 VNNI")),
+            # with VBMI2 the stride-2 rows are expand-loaded straight from x (-march=native
+            # on Zen 4 and Ice Lake on)
+            pytest.param("avx512vbmi2", "cc", ["-O3", *VNNI, "-mavx512vbmi2"], [],
+                         marks=pytest.mark.skipif(
+                             not (_cpu_has("avx512_vnni") and _cpu_has("avx512_vbmi2")),
+                             reason="this CPU has no AVX-512 VNNI and VBMI2")),
             ("neon", "aarch64-linux-gnu-gcc", ["-O3"],
              ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"])]
 
@@ -96,7 +102,8 @@ def test_stem_conv_stays_inside_its_scratch_and_the_generator_sizes_it_alike(tmp
     from edgesmith.targets.lower.kernels import stem_i8_scratch
 
     flags = ["-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover"]
-    b = _build("cc", flags + (VNNI if _cpu_has("avx512_vnni") else []), tmp_path / "asan")
+    simd = VNNI + (["-mavx512vbmi2"] if _cpu_has("avx512_vbmi2") else [])
+    b = _build("cc", flags + (simd if _cpu_has("avx512_vnni") else []), tmp_path / "asan")
     env = {"ASAN_OPTIONS": "detect_leaks=0", "PATH": "/usr/bin:/bin"}
     for args in _cases(40, seed=2):
         p = subprocess.run([str(b), *map(str, args)], capture_output=True, text=True,

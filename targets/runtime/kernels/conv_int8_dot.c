@@ -866,6 +866,31 @@ static void stem_rows(const int8_t *x, int8_t *rows, int8_t *rowbuf, int Hp, int
             const int ih = r - p->PT;
             int8_t *dst = rows + ((size_t)c * Hp + r) * S * Wq;
             int8_t *row = S == 1 ? dst : rowbuf;
+#if defined(ES_DOT_VNNI) && defined(__AVX512VBMI2__)
+            if (S == 2) { /* 64 padded columns per step, read straight from x: expand-load
+                             puts the input bytes in the lanes of their columns and pad in
+                             the rest. Through rowbuf (memcpy, then 64-byte loads) each load
+                             waited on the copy's narrower stores, a third of the stem. */
+                const __m512i padv = _mm512_set1_epi8(pad);
+                const int8_t *xrow = x + ((size_t)c * p->H + (ih >= 0 && ih < p->H ? ih : 0)) * p->W;
+                for (q = 0; q < Wq; q += 32) {
+                    /* padded columns [a, b) of this step's [2q, 2q + 64) hold input */
+                    const int a = 2 * q > lo ? 2 * q : lo;
+                    const int b = 2 * q + 64 < hi ? 2 * q + 64 : hi;
+                    const int nw = Wq - q < 32 ? Wq - q : 32;
+                    const __mmask64 kin = ih < 0 || ih >= p->H || b <= a ? 0
+                        : (b - a == 64 ? ~(__mmask64)0 : (((__mmask64)1 << (b - a)) - 1))
+                              << (a - 2 * q);
+                    const __mmask32 kw = nw == 32 ? ~(__mmask32)0 : ((__mmask32)1 << nw) - 1;
+                    const __m512i v = _mm512_mask_expandloadu_epi8(
+                        padv, kin, xrow + (b > a ? a - p->PL : 0));
+                    _mm256_mask_storeu_epi8(dst + q, kw, _mm512_cvtepi16_epi8(v));
+                    _mm256_mask_storeu_epi8(dst + Wq + q, kw,
+                                            _mm512_cvtepi16_epi8(_mm512_srli_epi16(v, 8)));
+                }
+                continue;
+            }
+#endif
             if (ih < 0 || ih >= p->H) {
                 memset(row, pad, (size_t)Wp);
             } else {
