@@ -64,9 +64,9 @@ RULES: dict[str, _Rule] = {
     "es_conv2d_i8_gemm": _Rule(4, lambda p: (p["C"] * p["KH"] * p["KW"] + 1) // 2),
     # wd [KH][KW][C16]: channel-innermost, so each slice gets its own packed tensor
     "es_dwconv2d_i8_hwc": _Rule(16, lambda p: 0, depthwise=True),
-    # w in blocks of 8 channels, k-major inside ([M/8][K][8], lower/conv.py pack_f32_gemm;
-    # before it [M][K]): channel m0, a multiple of 8, starts at m0 * K either way
-    "es_conv2d_f32_gemm": _Rule(8, lambda p: p["C"] * p["KH"] * p["KW"], per_channel=(2,),
+    # w in blocks of 16 channels, k-major inside ([M/16][K][16], lower/conv.py pack_f32_gemm;
+    # before it [M][K]): channel m0, a multiple of 16, starts at m0 * K either way
+    "es_conv2d_f32_gemm": _Rule(16, lambda p: p["C"] * p["KH"] * p["KW"], per_channel=(2,),
                                 scratch=3, y=4),
     # w [C][1][KH][KW] float; channels are independent planes
     "es_dwconv2d_f32": _Rule(1, lambda p: p["KH"] * p["KW"], per_channel=(2,), scratch=3,

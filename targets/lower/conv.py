@@ -2,7 +2,7 @@
 
 These live together because convolution is where generation time does the most work
 for the runtime: weights are packed once into the layout the kernel reads (OIHW, or
-8-channel k-major blocks for the one-group GEMM: pack_f32_gemm), a
+16-channel k-major blocks for the one-group GEMM: pack_f32_gemm), a
 following BatchNormalization and activation are folded into the weights and the kernel's
 epilogue (so a standalone BatchNormalization is only the fallback), and the choice
 between the reference and the fast im2col / depthwise kernels is made here, following
@@ -86,20 +86,21 @@ def _f32_kernel(L: Lowerer, p: dict):
     return K.CONV_F32
 
 
-F32_MR = 8  # output channels per packed block: ES_F32_MR in conv_f32_fast.c
+F32_WB = 16  # output channels per packed block: ES_F32_WB in conv_f32_fast.c
 
 
 def pack_f32_gemm(w: np.ndarray) -> np.ndarray:
-    """OIHW (or OIW) weights in the order es_conv2d_f32_gemm streams them: blocks of F32_MR
-    output channels, k-major inside a block (packed[b][k][r] = w[F32_MR b + r][k], k over
-    C KH KW), channels past M zero. Each step of the micro-kernel then reads its 8 weights
-    from one cache line instead of 8 rows K floats apart, as XNNPACK's
-    xnn_pack_f32_gemm_goi_w does for its GEMMs."""
+    """OIHW (or OIW) weights in the order es_conv2d_f32_gemm streams them: blocks of F32_WB
+    output channels, k-major inside a block (packed[b][k][r] = w[F32_WB b + r][k], k over
+    C KH KW), channels past M zero. Each step of the micro-kernel then reads its weights
+    from one cache line instead of rows K floats apart, as XNNPACK's
+    xnn_pack_f32_gemm_goi_w does for its GEMMs; 16 wide so the small-plane kernel's
+    16-channel vectors are single loads (the 8-channel pixel kernel reads half a row)."""
     m = w.shape[0]
-    nb = -(-m // F32_MR)
-    flat = np.zeros((nb * F32_MR, int(np.prod(w.shape[1:]))), np.float32)
+    nb = -(-m // F32_WB)
+    flat = np.zeros((nb * F32_WB, int(np.prod(w.shape[1:]))), np.float32)
     flat[:m] = w.reshape(m, -1)
-    return np.ascontiguousarray(flat.reshape(nb, F32_MR, -1).transpose(0, 2, 1))
+    return np.ascontiguousarray(flat.reshape(nb, F32_WB, -1).transpose(0, 2, 1))
 
 
 def bn_affine(L: Lowerer, node):

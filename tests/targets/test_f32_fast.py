@@ -98,7 +98,7 @@ def test_generated_model_with_packed_conv_weights_matches_onnxruntime(tmp_path):
     from tests.targets._helpers import export, generate, ort_run
 
     w = np.arange(2 * 3 * 2 * 2, dtype=np.float32).reshape(2, 3, 2, 2)
-    assert pack_f32_gemm(w).shape == (1, 12, 8)
+    assert pack_f32_gemm(w).shape == (1, 12, 16)
     assert np.array_equal(pack_f32_gemm(w)[0, :, 1], w[1].reshape(-1))
     assert not pack_f32_gemm(w)[0, :, 2:].any()
     torch.manual_seed(0)

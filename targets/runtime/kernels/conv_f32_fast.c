@@ -4,7 +4,7 @@
  * es_conv2d_f32_gemm: one group. Output pixels in tiles of ES_F32_TP; for each tile the
  * im2col block col[k][j] (k over C*KH*KW, zero where padded) is built in scratch (or read in
  * place for a 1x1 stride-1 unpadded conv), then a micro-kernel on weights the generator
- * packed in 8-channel blocks computes 8 output channels x 32 pixels in registers (see
+ * packed in 16-channel rows computes 8 output channels x 32 pixels in registers (see
  * below); bias and the fused activation are applied on the way out. Scratch:
  * ES_F32_GEMM_SCRATCH(C*KH*KW) bytes.
  *
@@ -66,8 +66,9 @@ static void im2col_f32(const float *x, float *col, int p0, int K, const es_conv_
 /* ---- one group: a GEMM on packed weights -------------------------------------------------
  * Y[M][P] = W[M][K] . col[K][P] + b, col the im2col matrix (a 1x1, stride-1, unpadded
  * conv's input is that matrix already and is read in place). The generator packs W in
- * blocks of ES_F32_MR = 8 output channels, k-major (lower/conv.py pack_f32_gemm):
- * wp[(mb K + k) 8 + r] = W[8 mb + r][k], rows past M zero. One k step of the micro-kernel
+ * blocks of ES_F32_WB = 16 output channels, k-major (lower/conv.py pack_f32_gemm):
+ * wp[(mb K + k) 16 + r] = W[16 mb + r][k], rows past M zero; the micro-kernel's 8-channel
+ * block m0 is one half of a row, read at stride 16 from wblock(). One k step of it
  * reads the 8 weights of k from one cache line and broadcasts each against vectors of
  * pixels loaded from col row k, so the 8 x 32 output block (AVX-512: 16 zmm accumulators,
  * 2 loads and 8 broadcasts per 16 FMAs) stays in registers for the whole K: bias first,
@@ -79,6 +80,16 @@ static void im2col_f32(const float *x, float *col, int p0, int K, const es_conv_
  * Small planes put output channels in the lanes instead (gemm_cl, below), so no lane
  * computes a pixel that is not there. */
 #define ES_F32_MR 8
+/* Channels per packed row, the stride of k. 16, not 8, for the small-plane kernel
+ * (gemm_cl): its vectors are 16 channels, and two 8-channel rows K floats apart had to be
+ * joined per k (two half loads and a vinsertf64x4 per vector: 8-11 % of the time of a
+ * 7 x 7 3x3 conv or a 6 x 6 1x1 conv, measured against full-vector loads). */
+#define ES_F32_WB 16
+
+/* the packed weights of output channels [m0, m0 + 8), m0 a multiple of 8 */
+static const float *wblock(const float *w, int m0, int K) {
+    return w + (size_t)(m0 / ES_F32_WB) * K * ES_F32_WB + m0 % ES_F32_WB;
+}
 
 /* Prefetch, ES_F32_PF tiles ahead: each k step of a block asks for row k's floats two
  * tiles on (the tile after next), and each stored row for its lines two tiles on (for
@@ -122,7 +133,7 @@ static inline void mk_f32_8xv(const float *col, const int32_t *off, int K, const
     int r, k;
     for (r = 0; r < ES_F32_MR; ++r) a0[r] = a1[r] = _mm512_set1_ps(b8[r]);
     for (k = 0; k < K; ++k) {
-        const float *cp = col + off[k], *wk = wp + (size_t)k * ES_F32_MR;
+        const float *cp = col + off[k], *wk = wp + (size_t)k * ES_F32_WB;
         const __m512 c0 = _mm512_loadu_ps(cp);
         const __m512 c1 = nv > 1 ? _mm512_loadu_ps(cp + 16) : c0;
         ES_PREFETCH(cp + ES_F32_PF_AHEAD);
@@ -178,7 +189,7 @@ static void mk_f32_4x16(const float *col, const int32_t *off, int K, const float
     int r, k;
     for (r = 0; r < 4; ++r) s[r][0] = s[r][1] = _mm256_set1_ps(b4[r]);
     for (k = 0; k < K; ++k) {
-        const float *cp = col + off[k], *wk = wp + (size_t)k * ES_F32_MR;
+        const float *cp = col + off[k], *wk = wp + (size_t)k * ES_F32_WB;
         const __m256 c0 = _mm256_loadu_ps(cp), c1 = _mm256_loadu_ps(cp + 8);
         ES_PREFETCH(cp + ES_F32_PF_AHEAD);
         for (r = 0; r < 4; ++r) {
@@ -224,7 +235,7 @@ static void mk_f32_8x8(const float *col, const int32_t *off, int K, const float 
     int r, k;
     for (r = 0; r < 8; ++r) s[r][0] = s[r][1] = vdupq_n_f32(b8[r]);
     for (k = 0; k < K; ++k) {
-        const float *cp = col + off[k], *wk = wp + (size_t)k * ES_F32_MR;
+        const float *cp = col + off[k], *wk = wp + (size_t)k * ES_F32_WB;
         const float32x4_t c0 = vld1q_f32(cp), c1 = vld1q_f32(cp + 4);
         const float32x4_t w0 = vld1q_f32(wk), w1 = vld1q_f32(wk + 4);
         ES_PREFETCH(cp + ES_F32_PF_AHEAD);
@@ -261,7 +272,7 @@ static void mk_f32_block(const float *col, const int32_t *off, int K, const floa
     for (r = 0; r < ES_F32_MR; ++r)
         for (j = 0; j < ES_F32_TP; ++j) s[r][j] = b8[r];
     for (k = 0; k < K; ++k) {
-        const float *cp = col + off[k], *wk = wp + (size_t)k * ES_F32_MR;
+        const float *cp = col + off[k], *wk = wp + (size_t)k * ES_F32_WB;
         ES_PREFETCH(cp + ES_F32_PF_AHEAD);
         ES_PREFETCH(cp + ES_F32_PF_AHEAD + 16);
         for (r = 0; r < ES_F32_MR; ++r)
@@ -276,11 +287,11 @@ static void mk_f32_block(const float *col, const int32_t *off, int K, const floa
  * On a plane of at most ES_F32_CL_P output pixels whose 16-pixel vectors would leave lanes
  * empty (3 x 3: 9 of 16; 7 x 7: 49 of 64; and the WQ - OW grid columns of a padded 3 x 3
  * conv on top), the GEMM turns around, as XNNPACK's f32-gemm does on NHWC: the packed
- * weights' 8-channel rows are the vectors, each pixel's input value is broadcast, and
+ * weights' 16-channel rows are the vectors, each pixel's input value is broadcast, and
  * ES_CL_CH channels x ES_CL_NP pixels stay in registers for the whole K (AVX-512: 32 x 9 in
- * 18 zmm, each zmm two 8-channel blocks joined; AVX2: 16 x 6 in 12 ymm; NEON: 16 x 4 in 16
- * q). Per k that is ES_CL_CH / 8 weight rows and NP broadcasts for ES_CL_CH NP / 8 vector
- * FMAs; the plane's pixels are split into equal chunks of at most ES_CL_NP, and a chunk's
+ * 18 zmm, one packed row a vector; AVX2: 16 x 6 in 12 ymm; NEON: 16 x 4 in 16 q). Per k
+ * that is ES_CL_CH / 16 weight rows and NP broadcasts for ES_CL_CH NP / lanes vector FMAs;
+ * the plane's pixels are split into equal chunks of at most ES_CL_NP, and a chunk's
  * ES_CL_CH x NP results go out through a small tile (the channel planes are NCHW). Each
  * weight block is read once per chunk, from cache after the first. Pixel j of a chunk
  * reads grid cell g[j] of each K row (its flat index, or oh WQ + ow through the phases). */
@@ -295,12 +306,6 @@ static void mk_f32_block(const float *col, const int32_t *off, int K, const floa
 #if defined(__AVX512F__)
 #define ES_CL_CH 32
 #define ES_CL_NP 9
-/* the 8 weights of k in blocks a and b as one zmm */
-static inline __m512 join8(const float *a, const float *b) {
-    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(
-        _mm256_loadu_ps(a))), _mm256_castps_pd(_mm256_loadu_ps(b)), 1));
-}
-
 ES_ALWAYS_INLINE void cl_tile_n(const float *col, const int32_t *off, const int *g, int K,
                                 const float *const *wb, const float *bb, float *t,
                                 const es_conv_params *p, const int NP) {
@@ -313,8 +318,8 @@ ES_ALWAYS_INLINE void cl_tile_n(const float *col, const int32_t *off, const int 
     }
     for (k = 0; k < K; ++k) {
         const float *cp = col + off[k];
-        const size_t kk = (size_t)k * ES_F32_MR;
-        const __m512 w0 = join8(wb[0] + kk, wb[1] + kk), w1 = join8(wb[2] + kk, wb[3] + kk);
+        const size_t kk = (size_t)k * ES_F32_WB;
+        const __m512 w0 = _mm512_loadu_ps(wb[0] + kk), w1 = _mm512_loadu_ps(wb[1] + kk);
         for (j = 0; j < NP; ++j) {
             const __m512 xv = _mm512_set1_ps(cp[g[j]]);
             a0[j] = _mm512_fmadd_ps(w0, xv, a0[j]);
@@ -341,8 +346,8 @@ ES_ALWAYS_INLINE void cl_tile_n(const float *col, const int32_t *off, const int 
     }
     for (k = 0; k < K; ++k) {
         const float *cp = col + off[k];
-        const size_t kk = (size_t)k * ES_F32_MR;
-        const __m256 w0 = _mm256_loadu_ps(wb[0] + kk), w1 = _mm256_loadu_ps(wb[1] + kk);
+        const size_t kk = (size_t)k * ES_F32_WB;
+        const __m256 w0 = _mm256_loadu_ps(wb[0] + kk), w1 = _mm256_loadu_ps(wb[0] + kk + 8);
         for (j = 0; j < NP; ++j) {
             const __m256 xv = _mm256_broadcast_ss(cp + g[j]);
             a0[j] = _mm256_fmadd_ps(w0, xv, a0[j]);
@@ -366,9 +371,9 @@ ES_ALWAYS_INLINE void cl_tile_n(const float *col, const int32_t *off, const int 
         for (i = 0; i < 4; ++i) a[j][i] = vld1q_f32(bb + 4 * i);
     for (k = 0; k < K; ++k) {
         const float *cp = col + off[k];
-        const size_t kk = (size_t)k * ES_F32_MR;
+        const size_t kk = (size_t)k * ES_F32_WB;
         const float32x4_t w0 = vld1q_f32(wb[0] + kk), w1 = vld1q_f32(wb[0] + kk + 4);
-        const float32x4_t w2 = vld1q_f32(wb[1] + kk), w3 = vld1q_f32(wb[1] + kk + 4);
+        const float32x4_t w2 = vld1q_f32(wb[0] + kk + 8), w3 = vld1q_f32(wb[0] + kk + 12);
         for (j = 0; j < NP; ++j) {
             const float xv = cp[g[j]];
             a[j][0] = vfmaq_n_f32(a[j][0], w0, xv);
@@ -396,9 +401,9 @@ ES_ALWAYS_INLINE void cl_tile_n(const float *col, const int32_t *off, const int 
         const float *cp = col + off[k];
         for (j = 0; j < NP; ++j) {
             const float xv = cp[g[j]];
-            for (i = 0; i < ES_CL_CH / ES_F32_MR; ++i)
-                for (r = 0; r < ES_F32_MR; ++r)
-                    a[j][i * ES_F32_MR + r] += wb[i][(size_t)k * ES_F32_MR + r] * xv;
+            for (i = 0; i < ES_CL_CH / ES_F32_WB; ++i)
+                for (r = 0; r < ES_F32_WB; ++r)
+                    a[j][i * ES_F32_WB + r] += wb[i][(size_t)k * ES_F32_WB + r] * xv;
         }
     }
     for (j = 0; j < NP; ++j) act_row(t + j * ES_CL_CH, a[j], ES_CL_CH, p->act, p->a0, p->a1);
@@ -435,16 +440,16 @@ static int use_cl(int P, int n) { return P <= ES_F32_CL_P && (n + 15) / 16 * 16 
  * each K row col + off[k] */
 static void gemm_cl(const float *col, const int32_t *off, int K, const float *wp, const float *b,
                     float *y, int P, int OW, int WQ, const es_conv_params *p) {
-    const int M = p->M, nblk = (M + ES_F32_MR - 1) / ES_F32_MR;
+    const int M = p->M, nblk = (M + ES_F32_WB - 1) / ES_F32_WB;
     const int nc = (P + ES_CL_NP - 1) / ES_CL_NP, base = P / nc, extra = P % nc;
     int m0, i, r, c, j, p0;
     for (m0 = 0; m0 < M; m0 += ES_CL_CH) {
         const int nr = M - m0 < ES_CL_CH ? M - m0 : ES_CL_CH;
-        const float *wb[ES_CL_CH / ES_F32_MR];
+        const float *wb[ES_CL_CH / ES_F32_WB];
         float bb[ES_CL_CH], t[ES_CL_NP * ES_CL_CH];
-        for (i = 0; i < ES_CL_CH / ES_F32_MR; ++i) { /* blocks past M read block 0, unused */
-            const int blk = m0 / ES_F32_MR + i;
-            wb[i] = wp + (size_t)(blk < nblk ? blk : 0) * K * ES_F32_MR;
+        for (i = 0; i < ES_CL_CH / ES_F32_WB; ++i) { /* rows past M read row 0, unused */
+            const int blk = m0 / ES_F32_WB + i;
+            wb[i] = wp + (size_t)(blk < nblk ? blk : 0) * K * ES_F32_WB;
         }
         for (r = 0; r < ES_CL_CH; ++r) bb[r] = r < nr ? b[m0 + r] : 0.0f;
         for (c = 0, p0 = 0; c < nc; ++c) {
@@ -498,7 +503,7 @@ static void gemm_blocks(const float *col, const int32_t *off, int K, const float
         const int nr = p->M - m0 < ES_F32_MR ? p->M - m0 : ES_F32_MR;
         float b8[ES_F32_MR];
         for (r = 0; r < ES_F32_MR; ++r) b8[r] = r < nr ? b[m0 + r] : 0.0f;
-        mk_f32_block(col, off, K, w + (size_t)m0 * K, b8, y + (size_t)m0 * ldy, ldy, nr, nj, p);
+        mk_f32_block(col, off, K, wblock(w, m0, K), b8, y + (size_t)m0 * ldy, ldy, nr, nj, p);
     }
 }
 
@@ -565,10 +570,10 @@ static void gemm_phases(const float *x, const float *w, const float *b, float *s
             float b8[ES_F32_MR];
             for (r = 0; r < ES_F32_MR; ++r) b8[r] = r < nr ? b[m0 + r] : 0.0f;
 #if defined(ES_F32_HAS_KEEP) /* straight to the output plane */
-            mk_f32_keep(ph + o0, off, K, w + (size_t)m0 * K, b8, y + (size_t)m0 * P + first,
+            mk_f32_keep(ph + o0, off, K, wblock(w, m0, K), b8, y + (size_t)m0 * P + first,
                         (size_t)P, nr, nj, keep, p);
 #else /* through a tile, then each output row's part copied out */
-            mk_f32_block(ph + o0, off, K, w + (size_t)m0 * K, b8, tile, ES_F32_TP, nr, nj, p);
+            mk_f32_block(ph + o0, off, K, wblock(w, m0, K), b8, tile, ES_F32_TP, nr, nj, p);
             scatter_tile(tile, nr, o0, nj, WQ, OW, y + (size_t)m0 * P, (size_t)P);
 #endif
         }

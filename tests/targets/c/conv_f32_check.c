@@ -8,14 +8,15 @@
 #include <string.h>
 #include "edgesmith_rt.h"
 static uint32_t s = 1;
-/* w in the order es_conv2d_f32_gemm reads: blocks of 8 output channels, k-major, zero rows
+/* w in the order es_conv2d_f32_gemm reads: blocks of 16 output channels, k-major, zero rows
  * past M (lower/conv.py pack_f32_gemm) */
-static float *pack8(const float *w, int M, int K) {
-    const int nb = (M + 7) / 8;
-    float *wp = calloc((size_t)nb * 8 * K, sizeof(float));
+static float *pack16(const float *w, int M, int K) {
+    const int nb = (M + 15) / 16;
+    float *wp = calloc((size_t)nb * 16 * K, sizeof(float));
     int m, k;
     for (m = 0; m < M; ++m)
-        for (k = 0; k < K; ++k) wp[((size_t)(m / 8) * K + k) * 8 + m % 8] = w[(size_t)m * K + k];
+        for (k = 0; k < K; ++k)
+            wp[((size_t)(m / 16) * K + k) * 16 + m % 16] = w[(size_t)m * K + k];
     return wp;
 }
 static float r(void) { s = s * 1664525u + 1013904223u; return (float)((s >> 8) % 20001u) / 10000.0f - 1.0f; }
@@ -47,7 +48,7 @@ int main(int argc, char **argv) {
     for (i = 0; i < p.M; ++i) b[i] = r();
     es_conv2d_f32(x, w, b, y0, &p);
     if (p.group == 1) {
-        float *wp = pack8(w, p.M, p.C * p.KH * p.KW);
+        float *wp = pack16(w, p.M, p.C * p.KH * p.KW);
         es_conv2d_f32_gemm(x, wp, b, sc, y1, &p);
         free(wp);
     }
