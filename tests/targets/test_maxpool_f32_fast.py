@@ -1,8 +1,9 @@
-"""fp32 max pooling: the fast kernel (unchecked taps over each row's interior columns, the
-reference's checked loop on the border columns) equals the reference kernel and
-onnxruntime bit for bit (a max only picks one of its inputs) over paddings, strides,
-dilations, ceil_mode and planes narrower than the window's reach, on all-negative inputs so
-a padded tap taking part would show."""
+"""fp32 max pooling: the fast kernel (separable: each output row's input rows reduced to one
+row, then unchecked taps over the interior columns and checked ones on the border columns;
+rows wider than ES_MAXPOOL_ROW take unchecked taps straight from the plane) equals the
+reference kernel and onnxruntime (a max only picks one of its inputs) over paddings,
+strides, dilations, ceil_mode, planes narrower than the window's reach and a row of 1030,
+on all-negative inputs so a padded tap taking part would show."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def _net():
     return Net().eval()
 
 
-@pytest.mark.parametrize("shape", [(1, 3, 17, 23), (1, 2, 9, 5)])
+@pytest.mark.parametrize("shape", [(1, 3, 17, 23), (1, 2, 9, 5), (1, 1, 6, 1030)])
 def test_fast_maxpool_equals_reference_and_onnxruntime(shape, tmp_path):
     import torch
 

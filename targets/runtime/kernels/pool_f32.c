@@ -28,22 +28,61 @@ void es_maxpool2d_f32_ref(const float *x, float *y, const es_pool_params *p) {
     }
 }
 
-/* Max pooling, fast: the output columns whose whole window lies inside the row (all but a
- * border column or two) take the max of each tap over the whole row segment, tap by tap,
- * with no bounds checks (GCC vectorises the row, stride-2 reads by permutes); the border
- * columns take the reference's checked loop. Each output sees its taps in the reference's
- * order with the same comparison, so the two agree bit for bit (ResNet-18's 3x3 stride-2
- * pool on 64 x 112 x 112 was 6 % of its C fp32 time with the checked loop everywhere). */
+/* Max pooling, fast, separable: a window's max is the max over its columns of each
+ * column's max over the window's rows. Per output row, the KH input rows the window spans
+ * are reduced to one row first (KH contiguous passes that GCC turns into vmaxps), then the
+ * output columns whose whole window lies inside the row (all but a border column or two)
+ * take the max of KW taps of that row; border columns take the checked loop (max_taps)
+ * over the reduced row. ResNet-18's 3 x 3 stride-2 pool on 64 x 112 x 112 read 9 strided
+ * taps per output before (6 % of its C fp32 time with the checked loop everywhere, 1.5 %
+ * with the taps unchecked); now 3 contiguous rows and 3 taps. Each max starts from
+ * -FLT_MAX and takes v only when v > m, as the reference does, so a NaN never wins and the
+ * result is the same value; only which of +0 and -0 a window of tied zeros returns can
+ * differ, as the taps are visited column by column. Rows wider than ES_MAXPOOL_ROW (the
+ * reduced row lives on the stack) take the per-tap loop below. */
+#define ES_MAXPOOL_ROW 1024
+
+/* the max of output column ow's taps in t, the input row already reduced over the window's
+ * rows, checked against the row's edges */
+static float max_taps(const float *t, int ow, const es_pool_params *p) {
+    float m = -FLT_MAX;
+    int kw;
+    for (kw = 0; kw < p->KW; ++kw) {
+        const int iw = ow * p->SW - p->PL + kw * p->DW;
+        if (iw >= 0 && iw < p->W && t[iw] > m) m = t[iw];
+    }
+    return m;
+}
+
 void es_maxpool2d_f32(const float *x, float *y, const es_pool_params *p) {
     const int H = p->H, W = p->W, OH = p->OH, OW = p->OW, SW = p->SW, DW = p->DW, PL = p->PL;
     const int span = (p->KW - 1) * DW; /* window width - 1 */
     int w0 = (PL + SW - 1) / SW, w1 = W - 1 - span + PL >= 0 ? (W - 1 - span + PL) / SW + 1 : 0;
-    int c, oh, ow, kh, kw;
+    int c, oh, ow, kh, kw, iw;
+    float t[ES_MAXPOOL_ROW];
     w0 = w0 < OW ? w0 : OW;
     w1 = w1 < w0 ? w0 : (w1 > OW ? OW : w1);
     for (c = 0; c < p->C; ++c) {
         const float *xc = x + (size_t)c * H * W;
         for (oh = 0; oh < OH; ++oh, y += OW) {
+            if (W <= ES_MAXPOOL_ROW) {
+                for (iw = 0; iw < W; ++iw) t[iw] = -FLT_MAX;
+                for (kh = 0; kh < p->KH; ++kh) {
+                    const int ih = oh * p->SH - p->PT + kh * p->DH;
+                    const float *xr = xc + (size_t)(ih < 0 ? 0 : ih) * W;
+                    if (ih < 0 || ih >= H) continue;
+                    for (iw = 0; iw < W; ++iw) t[iw] = xr[iw] > t[iw] ? xr[iw] : t[iw];
+                }
+                for (ow = 0; ow < w0; ++ow) y[ow] = max_taps(t, ow, p);
+                for (ow = w1; ow < OW; ++ow) y[ow] = max_taps(t, ow, p);
+                for (ow = w0; ow < w1; ++ow) y[ow] = -FLT_MAX;
+                for (kw = 0; kw < p->KW; ++kw) {
+                    const float *tr = t + kw * DW - PL; /* ow SW + kw DW - PL >= 0 */
+                    for (ow = w0; ow < w1; ++ow)
+                        y[ow] = tr[ow * SW] > y[ow] ? tr[ow * SW] : y[ow];
+                }
+                continue;
+            }
             for (ow = 0; ow < w0; ++ow) y[ow] = max_window(xc, oh, ow, p);
             for (ow = w1; ow < OW; ++ow) y[ow] = max_window(xc, oh, ow, p);
             for (ow = w0; ow < w1; ++ow) y[ow] = -FLT_MAX;
