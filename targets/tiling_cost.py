@@ -34,9 +34,10 @@ DW_NS = (17.8, 14.2, 39.1)  # per channel block; x input row blocks; x output ro
 STEM_NS_PER_MAC = 0.0131  # per MAC of 16-column output blocks (padded columns count)
 # Set in ff60902, whose record names no stem measurement; the charge fits an older kernel:
 # since 0cae0f2 the stem's tiles run over ES_STEM_ROWS output rows flattened, whatever the
-# row length, so no 16-column block is padded, and 4bc999e, 4f24ed4 and 5da5e32 sped it up
-# (3x3/s2 on 96x96: 0.77, 0.94, 0.92x). Measured at eba86b2 on tiling_arena.py's untiled
-# MobileNetV2 int8 (per-step profile, least of 12 rounds' means over 40 runs, load 5.5):
+# row length, so no 16-column block is padded, and 4bc999e, 4f24ed4, 5da5e32 and 3b193d9
+# sped it up (3x3/s2 on 96x96: 0.77, 0.94, 0.92, 0.90x). Measured at eba86b2 (the stem
+# still changes: measure again before a refit) on tiling_arena.py's untiled MobileNetV2
+# int8 (per-step profile, least of 12 rounds' means over 40 runs, load 5.5):
 # 0.0104, 0.0113 and 0.0110 ns per plain MAC at 48, 40 and 32 output columns, 16-28 % under
 # this charge. Not refitted alone: PATCH_SCALE and ROW_COPY_NS were fitted with this term in
 # the model, so the three want one tiling_arena.py --top run. On MobileNetV2-96, 0.0109 ns
