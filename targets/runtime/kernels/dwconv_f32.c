@@ -7,8 +7,9 @@
  * Four paths, chosen by shape in es_dwconv2d_f32 (timed side by side on the depthwise
  * convs of MobileNetV2/V3 and EfficientNet-B0, AMD EPYC, AVX-512 and AVX2 builds):
  *   - AVX-512, square 3 x 3 and 5 x 5, stride 1 or 2, undilated (dw_k): straight from the
- *     planes, four output rows at a time, on rows of 12+ outputs or planes too big for the
- *     lanes: every such conv of the MobileNets and EfficientNet but the 7 x 7 and smaller;
+ *     planes, 8 (3 x 3) or 4 (5 x 5) output rows at a time, on rows of 12+ outputs or
+ *     planes too big for the lanes: every such conv of the MobileNets and EfficientNet but
+ *     the 7 x 7 and smaller;
  *   - channels in the lanes (dw_lanes): planes of ES_F32_DW_LANES outputs (7 x 7 to 14 x 14);
  *   - AVX-512, stride 2, rows of 24+ outputs (dw_direct), the other kernel sizes and
  *     dilations: straight from the planes;
@@ -395,28 +396,31 @@ static void dw_direct(const float *x, const float *w, const float *b, float *y,
  * test, a branch per output row and a mask lookup; run on a stride-1 plane it was 1.2-1.5x
  * slower than the phases. Here the square K x K, stride-S (1 or 2) convs of the MobileNets
  * and EfficientNet get their own instances (dwk_block for each K, S): the K^2 weights are
- * in registers, four output rows of 16 columns accumulate at once (four FMA chains, and an
- * input row read by several of them is loaded once: K + 3 S rows for 4 K^2 multiplies),
- * and the row and tap loops unroll, so each tap is a masked load and an FMA. Lanes whose
- * input column falls in the padding or past the row are masked to zero as in dwd_load, and
- * so are input rows outside the plane (skipped). Any width, so it also takes the 14 x 14
- * and 28 x 28 planes the phases ran at a third of this speed. */
-#define ES_DWK_ROWS 4
+ * in registers, R output rows of 16 columns accumulate at once (R FMA chains, and an input
+ * row read by several of them is loaded once: K + (R - 1) S rows for R K^2 multiplies),
+ * and the row and tap loops unroll, so each tap is a masked load and an FMA. R is 8 for
+ * 3 x 3 (0.78-0.92x the time of 4 rows at stride 1, the same at stride 2) and 4 for 5 x 5,
+ * whose 25 weights leave registers for no more. Lanes whose input column falls in the
+ * padding or past the row are masked to zero as in dwd_load, and input rows outside the
+ * plane are skipped. Any width, so it also takes the 14 x 14 and 28 x 28 planes the phases
+ * ran at a third of this speed. */
+#define ES_DWK_ROWS(K) ((K) == 3 ? 8 : 4)
 #define ES_DWK(p)                                                                          \
     ((p)->KH == (p)->KW && ((p)->KH == 3 || (p)->KH == 5) && (p)->SH == (p)->SW &&         \
      ((p)->SH == 1 || (p)->SH == 2) && (p)->DH == 1 && (p)->DW == 1)
 
-/* output rows [oh, oh + nr), nr <= 4, columns [ow, ow + 16) of one channel */
+/* output rows [oh, oh + nr), nr <= R, columns [ow, ow + 16) of one channel */
 ES_DW_INLINE void dwk_block(const float *xc, const __m512 *wk, __m512 bias, float *yc, int oh,
-                            int nr, int ow, const es_conv_params *p, const int K, const int S) {
+                            int nr, int ow, const es_conv_params *p, const int K, const int S,
+                            const int R) {
     const int ih0 = oh * S - p->PT, c0 = ow * S - p->PL, n = p->OW - ow;
-    __m512 acc[ES_DWK_ROWS];
+    __m512 acc[ES_DWK_ROWS(3)];
     unsigned long long m[5];
     int i, kw, r;
-    for (r = 0; r < ES_DWK_ROWS; ++r) acc[r] = bias;
+    for (r = 0; r < R; ++r) acc[r] = bias;
     for (kw = 0; kw < K; ++kw) m[kw] = dwd_mask(c0 + kw, p->W, S);
-#pragma GCC unroll 16
-    for (i = 0; i < (ES_DWK_ROWS - 1) * S + K; ++i) { /* input row ih0 + i */
+#pragma GCC unroll 24
+    for (i = 0; i < (R - 1) * S + K; ++i) { /* input row ih0 + i */
         const float *xr;
         if (ih0 + i < 0 || ih0 + i >= p->H) continue; /* padding: adds zero */
         xr = xc + (size_t)(ih0 + i) * p->W;
@@ -424,8 +428,8 @@ ES_DW_INLINE void dwk_block(const float *xc, const __m512 *wk, __m512 bias, floa
         for (kw = 0; kw < K; ++kw) {
             const __m512 v = S == 1 ? _mm512_maskz_loadu_ps((__mmask16)m[kw], xr + c0 + kw)
                                     : dwd_load(xr, c0 + kw, m[kw], 2);
-#pragma GCC unroll 4
-            for (r = 0; r < ES_DWK_ROWS; ++r) /* the tap row of output row oh + r */
+#pragma GCC unroll 8
+            for (r = 0; r < R; ++r) /* the tap row of output row oh + r */
                 if (i - r * S >= 0 && i - r * S < K)
                     acc[r] = _mm512_fmadd_ps(v, wk[(i - r * S) * K + kw], acc[r]);
         }
@@ -437,13 +441,14 @@ ES_DW_INLINE void dwk_block(const float *xc, const __m512 *wk, __m512 bias, floa
 
 ES_DW_INLINE void dwk_plane(const float *xc, const float *wc, float b, float *yc,
                             const es_conv_params *p, const int K, const int S) {
+    const int R = ES_DWK_ROWS(K);
     __m512 wk[25];
     const __m512 bias = _mm512_set1_ps(b);
     int t, oh, ow;
     for (t = 0; t < K * K; ++t) wk[t] = _mm512_set1_ps(wc[t]);
-    for (oh = 0; oh < p->OH; oh += ES_DWK_ROWS) {
-        const int nr = p->OH - oh < ES_DWK_ROWS ? p->OH - oh : ES_DWK_ROWS;
-        for (ow = 0; ow < p->OW; ow += 16) dwk_block(xc, wk, bias, yc, oh, nr, ow, p, K, S);
+    for (oh = 0; oh < p->OH; oh += R) {
+        const int nr = p->OH - oh < R ? p->OH - oh : R;
+        for (ow = 0; ow < p->OW; ow += 16) dwk_block(xc, wk, bias, yc, oh, nr, ow, p, K, S, R);
     }
 }
 
