@@ -25,7 +25,6 @@ class Entry:
     note: str = ""
     # the recipe's other knobs; the defaults are the loop every checkpoint before was trained
     # with (so only an entry that sets one trains differently)
-    samples: tuple[int, int, int] | None = None  # (train, calib, val); None: data.py's default
     warmup_epochs: float = 0.0     # linear lr ramp before the cosine decay
     weight_decay: float | None = None  # None: the optimizer's default (adamw 1e-4)
     label_smoothing: float = 0.0

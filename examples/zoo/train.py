@@ -10,20 +10,17 @@ that exists is kept (``--force`` retrains). Training uses edgesmith's own loop
 (``edgesmith.compress.train.fit``); the best epoch is chosen on the calibration split and
 the accuracy reported on the validation split, which training never saw. Each model trains
 with its catalog entry's recipe (``catalog.Entry``: optimizer, lr, epochs, warm-up, weight
-decay, label smoothing, batch, and its own training-sample count, which
-$EDGESMITH_ZOO_SAMPLES overrides); the JSON records it.
+decay, label smoothing, batch); the JSON records it. Sample counts are data.py's
+(``$EDGESMITH_ZOO_SAMPLES`` overrides them).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -47,23 +44,6 @@ def _channels_last(model: torch.nn.Module) -> Any:
         lambda _m, args: (args[0].contiguous(memory_format=torch.channels_last), *args[1:]))
 
 
-SAMPLES_ENV = "EDGESMITH_ZOO_SAMPLES"  # data.py's: TRAIN,CALIB,VAL
-
-
-@contextmanager
-def _entry_samples(entry: Entry) -> Iterator[None]:
-    """Generate the entry's own sample counts (``Entry.samples``) unless the caller set
-    $EDGESMITH_ZOO_SAMPLES (tests and CI train at reduced size: theirs wins)."""
-    if entry.samples is None or os.environ.get(SAMPLES_ENV, "").strip():
-        yield
-        return
-    os.environ[SAMPLES_ENV] = ",".join(str(n) for n in entry.samples)
-    try:
-        yield
-    finally:
-        os.environ.pop(SAMPLES_ENV, None)
-
-
 def _zero_head(model: torch.nn.Module) -> None:
     """Start the classifier (the model's last Linear) at zero: every class begins at the
     same logit, so the first steps learn features instead of undoing a random head (a
@@ -85,8 +65,7 @@ def train(entry: Entry, size: int, *, epochs: int, data: str | None = None,
         entry = Entry(**{**entry.__dict__, "data": data})
     out_dir = out_dir or cache_dir()
     arch, data_ref = entry.arch(size), entry.data_ref(size)
-    with _entry_samples(entry):
-        splits = pipeline_data.load(data_ref, seed=seed)
+    splits = pipeline_data.load(data_ref, seed=seed)
     model = pipeline_model.load(arch).torch_model
     if entry.zero_head:
         _zero_head(model)

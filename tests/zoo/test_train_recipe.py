@@ -1,13 +1,11 @@
-"""A zoo entry's own recipe: its sample counts are generated unless the caller's
-$EDGESMITH_ZOO_SAMPLES asks for others (CI's reduced runs win), the JSON records the recipe,
-a zero_head entry's classifier starts at zero, and only EfficientNet-B0 departs from the
-loop's defaults the other checkpoints were trained with."""
+"""A zoo entry's own recipe: the JSON records it, a zero_head entry's classifier starts at
+zero, and only EfficientNet-B0 departs from the loop's defaults the other checkpoints were
+trained with. Sample counts are data.py's $EDGESMITH_ZOO_SAMPLES (test_data.py)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
 
 import pytest
@@ -19,7 +17,7 @@ from .conftest import zoo_module
 @pytest.fixture
 def cache(tmp_path, monkeypatch, zoo_data):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.delenv(zoo_data.SAMPLES_ENV, raising=False)
+    monkeypatch.setenv(zoo_data.SAMPLES_ENV, "36,24,12")  # a tiny run
     return tmp_path / "xdg" / "edgesmith" / "zoo"
 
 
@@ -33,24 +31,15 @@ def _tiny_gru(**recipe):
     return dataclasses.replace(_catalog().ZOO["kws_gru"], **recipe)
 
 
-def test_an_entrys_own_sample_counts_are_the_ones_generated(cache, zoo_data):
+def test_the_json_records_the_entrys_recipe(cache):
     train = zoo_module("train")
-    entry = _tiny_gru(samples=(36, 24, 12), warmup_epochs=0.5, label_smoothing=0.1)
+    entry = _tiny_gru(warmup_epochs=0.5, label_smoothing=0.1)
     info = train.train(entry, 0, epochs=1, progress=False)
     assert info["samples"] == {"train": 36, "calib": 24, "val": 12}
     assert info["recipe"] == {"warmup_epochs": 0.5, "weight_decay": None,
                               "label_smoothing": 0.1, "batch_size": 64, "zero_head": False}
     assert json.loads((cache / "kws_gru-keywords.json").read_text())["recipe"] == \
         info["recipe"]
-    assert zoo_data.SAMPLES_ENV not in os.environ  # set for the load only
-
-
-def test_the_callers_sample_counts_win_over_the_entrys(cache, zoo_data, monkeypatch):
-    monkeypatch.setenv(zoo_data.SAMPLES_ENV, "48,16,24")
-    train = zoo_module("train")
-    info = train.train(_tiny_gru(samples=(36, 24, 12)), 0, epochs=1, progress=False)
-    assert info["samples"] == {"train": 48, "calib": 16, "val": 24}
-    assert os.environ[zoo_data.SAMPLES_ENV] == "48,16,24"
 
 
 def _last_linear_weight(info: dict) -> torch.Tensor:
@@ -62,11 +51,10 @@ def _last_linear_weight(info: dict) -> torch.Tensor:
 
 def test_a_zero_head_entry_starts_its_classifier_at_zero(cache):
     train = zoo_module("train")
-    info = train.train(_tiny_gru(samples=(36, 24, 12), zero_head=True), 0, epochs=0,
-                       progress=False)
+    info = train.train(_tiny_gru(zero_head=True), 0, epochs=0, progress=False)
     assert info["recipe"]["zero_head"] is True
     assert not _last_linear_weight(info).any()
-    plain = train.train(_tiny_gru(samples=(36, 24, 12)), 0, epochs=0, progress=False)
+    plain = train.train(_tiny_gru(), 0, epochs=0, progress=False)
     assert _last_linear_weight(plain).abs().sum() > 0
 
 
@@ -76,6 +64,5 @@ def test_only_efficientnet_trains_with_a_recipe_of_its_own():
     catalog = _catalog()
     default = catalog.Entry("x", "x.py", "shapes", (32,))
     own = {name for name, e in catalog.ZOO.items()
-           if (e.recipe(), e.samples, e.zero_head) !=
-           (default.recipe(), default.samples, default.zero_head)}
+           if (e.recipe(), e.zero_head) != (default.recipe(), default.zero_head)}
     assert own == {"efficientnet_b0"}
