@@ -284,10 +284,11 @@ static void mk_f32_block(const float *col, const int32_t *off, int K, const floa
 #endif
 
 /* ---- small planes: output channels in the lanes ------------------------------------------
- * On a plane of at most ES_F32_CL_P output pixels whose 16-pixel vectors would leave lanes
- * empty (3 x 3: 9 of 16; 7 x 7: 49 of 64; and the WQ - OW grid columns of a padded 3 x 3
- * conv on top), the GEMM turns around, as XNNPACK's f32-gemm does on NHWC: the packed
- * weights' 16-channel rows are the vectors, each pixel's input value is broadcast, and
+ * On a plane of at most ES_F32_CL_P output pixels (ES_F32_CL_PK when K >= ES_F32_CL_K)
+ * whose 16-pixel vectors would leave lanes empty (3 x 3: 9 of 16; 7 x 7: 49 of 64; and the
+ * WQ - OW grid columns of a padded 3 x 3 conv on top), the GEMM turns around, as
+ * XNNPACK's f32-gemm does on NHWC: the packed weights' 16-channel rows are the vectors,
+ * each pixel's input value is broadcast, and
  * ES_CL_CH channels x ES_CL_NP pixels stay in registers for the whole K (AVX-512: 32 x 9 in
  * 18 zmm, one packed row a vector; AVX2: 16 x 6 in 12 ymm; NEON: 16 x 4 in 16 q). Per k
  * that is ES_CL_CH / 16 weight rows and NP broadcasts for ES_CL_CH NP / lanes vector FMAs;
@@ -296,6 +297,15 @@ static void mk_f32_block(const float *col, const int32_t *off, int K, const floa
  * weight block is read once per chunk, from cache after the first. Pixel j of a chunk
  * reads grid cell g[j] of each K row (its flat index, or oh WQ + ow through the phases). */
 #define ES_F32_CL_P 64
+/* Up to 256 pixels with a long K: ResNet's 3x3 at 14 x 14 runs 224 grid cells for 196
+ * outputs on the pixel path (1/8 of its FMAs wasted) and none here. A chunk's scalar
+ * transpose out of the tile costs about ES_CL_CH NP moves against its K ES_CL_CH NP / 16
+ * FMAs, so a short K loses. Kernel alone, thread CPU time, p50 of 7 alternating rounds,
+ * load 1.7-3.7, 14 x 14 planes, this path over the pixel path: 3x3 256 -> 256 0.86-0.87x,
+ * 3x3 128 -> 256 stride 2 0.90-0.92x, 1x1 384 -> 64 0.88-0.91x, 3x3 64 -> 64 0.90-0.91x;
+ * but at K 96 and 128 (1x1 96 -> 576, 1x1 128 -> 256 stride 2) 1.13x and 1.04x. */
+#define ES_F32_CL_PK 256
+#define ES_F32_CL_K 256
 
 #if defined(__GNUC__)
 #define ES_ALWAYS_INLINE static inline __attribute__((always_inline))
@@ -432,9 +442,12 @@ static void cl_tile(const float *col, const int32_t *off, const int *g, int K,
     }
 }
 
-/* whether a plane of P outputs on a grid of n cells goes to gemm_cl: small, and 16-pixel
- * vectors over the grid would leave lanes empty */
-static int use_cl(int P, int n) { return P <= ES_F32_CL_P && (n + 15) / 16 * 16 != P; }
+/* whether a plane of P outputs on a grid of n cells, K long, goes to gemm_cl: small, and
+ * 16-pixel vectors over the grid would leave lanes empty */
+static int use_cl(int P, int n, int K) {
+    return (P <= ES_F32_CL_P || (P <= ES_F32_CL_PK && K >= ES_F32_CL_K)) &&
+           (n + 15) / 16 * 16 != P;
+}
 
 /* y[m][o] for every m < M and output o < P, o = oh OW + ow read at grid cell oh WQ + ow of
  * each K row col + off[k] */
@@ -517,7 +530,7 @@ static void gemm_direct(const float *x, const float *w, const float *b, float *s
         off[k] = k * P;
         off32[k] = k * ES_F32_TP;
     }
-    if (use_cl(P, P)) {
+    if (use_cl(P, P, K)) {
         gemm_cl(x, off, K, w, b, y, P, P, P, p);
         return;
     }
@@ -549,7 +562,7 @@ static void gemm_phases(const float *x, const float *w, const float *b, float *s
     memset(row, 0, sizeof(float) * (size_t)WQ * SW);
     for (c = 0; c < C; ++c)
         es_f32_phases(ph + (size_t)c * cs, row, x + (size_t)c * p->H * p->W, p, HQ, WQ, pq);
-    if (use_cl(P, n)) {
+    if (use_cl(P, n, K)) {
         gemm_cl(ph, off, K, w, b, y, P, OW, WQ, p);
         return;
     }
