@@ -335,10 +335,11 @@ static inline __m512i funnel(__m512i lo, __m512i hi, int k) {
 static inline __m512i padded_dword(const __m512i *zz, __m512i pad, int f0, int j, int lo,
                                    int n) {
     const int o = j - lo; /* the input column of byte 0 */
-    unsigned keep = 0, e;
+    /* bytes e with 0 <= o + e < n: those below n - o, less those below -o */
+    const int hi = n - o < 0 ? 0 : n - o > 4 ? 4 : n - o, lo_ = -o < 0 ? 0 : -o > 4 ? 4 : -o;
+    const unsigned keep = ((1u << hi) - 1u) & ~((1u << lo_) - 1u);
     int z;
     __m512i q;
-    for (e = 0; e < 4; ++e) keep |= (o + (int)e >= 0 && o + (int)e < n) ? 1u << e : 0u;
     if (!keep) return pad;
     z = f0 + o + 4; /* >= 1: some byte is in the row, so o >= -3 */
     q = funnel(zz[z >> 2], zz[(z >> 2) + 1], z & 3);
