@@ -145,14 +145,34 @@ def gemm_f32_scratch(p: dict) -> int:
 
 def use_cl(p: dict) -> bool:
     """Whether es_conv2d_i8_cl (output channels in lanes) beats es_conv2d_i8_dot (pixels in
-    lanes) for conv params ``p``: on every spatial kernel and on 1x1 convs over planes of at
-    most 16 pixels, unless rounding M up to its 32-channel tiles wastes over a third (M = 16
-    computes 32). Measured per conv, both kernels in one binary (issue 6 note): 3x3 64->64
-    on 4x4 3.0 vs 5.7 us, 3x3 32->32 on 8x8 3.4 vs 5.4 us, 1x1 192->64 on 4x4 1.3 vs 2.1 us;
-    1x1 convs on 8x8 and larger planes are faster as pixel lanes (2.2 vs 2.5 us at 64->64),
-    and so is M = 16 (3->16 stem on 64x64, 10.6 vs 23 us)."""
+    lanes) for conv params ``p``, unless rounding M up to its 32-channel tiles wastes over a
+    third (M = 16 computes 32; 3->16 stem on 64x64, 10.6 vs 23 us as pixel lanes). Measured
+    per conv, both kernels in one binary (issue 6 note; issue 16: alternating rounds, min),
+    cl vs dot:
+
+    - every spatial kernel: 3x3 64->64 on 4x4 3.0 vs 5.7 us, 8x8 3.4 vs 5.4 us, 28x28
+      (128->128) 528 vs 555 us. On stride-1 planes of 40x40 and more pixel lanes are faster
+      alone (ResNet-18's layer1 at 56x56: 564 vs 542 us), but in the net the second conv of
+      each block then fuses its residual Add (es_conv2d_i8_dot_add), which there costs more
+      than the separate Add: layer1 in all 2420 vs 2437 us (load 6-7), so channel lanes stay;
+    - 1x1 convs on planes of at most 16 pixels (192->64 on 4x4 1.3 vs 2.1 us), and on planes
+      of at most 64 whose pixel tiles of 16 leave a fifth or more of the lanes idle when the
+      reduction is long, C >= 512: 576->96 on 6x6 10.7 vs 13.0 us alone, 11.5 vs 12.2 in
+      MobileNetV2-96; 960->320 on 7x7 72 vs 88 alone, 82 vs 95 in MobileNetV2-224 (load 6-8).
+      Shorter ones keep pixel lanes: 384->64 on 6x6 is 6.0 vs 7.0 us alone but 6.0 vs 5.6 in
+      MobileNetV2-96, where the pixel-lane kernel reads the depthwise conv's quad planes as
+      they are (passes.hand_over_quads); 320->1280 on 7x7 106 vs 119 alone, 127 vs 126 in
+      the net (its 400 KB of weights come from memory there); 96->576 on 6x6 14.9 vs 13.8,
+      160->960 on 7x7 57 vs 51. Planes that fill the lanes keep them too (256->1024 on 8x8
+      103 vs 79 us), and so do larger planes."""
     m32 = -(-p["M"] // 32) * 32
-    return 3 * m32 <= 4 * p["M"] and (p["KH"] * p["KW"] > 1 or p["OH"] * p["OW"] <= 16)
+    plane = p["OH"] * p["OW"]
+    if 3 * m32 > 4 * p["M"]:
+        return False
+    if p["KH"] * p["KW"] > 1:
+        return True
+    idle = 5 * plane <= 4 * (-(-plane // 16) * 16)
+    return plane <= 16 or (plane <= 64 and idle and p["C"] >= 512)
 
 
 # -- the kernels -----------------------------------------------------------------------------
