@@ -112,7 +112,13 @@ SANITIZE = ["-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=
     pytest.param([], id="portable"),
     pytest.param(["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"], id="avx512vnni",
                  marks=pytest.mark.skipif(not _cpu_has("avx512_vnni"),
-                                          reason="this CPU has no AVX-512 VNNI"))])
+                                          reason="this CPU has no AVX-512 VNNI")),
+    # VBMI: small planes padded by a byte permute (fill_plane_vbmi)
+    pytest.param(["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mavx512vbmi",
+                  "-mavx512vbmi2"], id="avx512vbmi2",
+                 marks=pytest.mark.skipif(not (_cpu_has("avx512_vnni") and
+                                               _cpu_has("avx512_vbmi2")),
+                                          reason="this CPU has no AVX-512 VNNI and VBMI2"))])
 def test_hwc_depthwise_runs_clean_under_address_and_undefined_sanitizers(simd, tmp_path):
     b = _build("cc", [*SANITIZE, *simd], tmp_path / "dw_hwc_asan")
     _run_all(b, [], _cases(12, seed=3))

@@ -59,7 +59,9 @@
  * padding stored once per call, and the output pixels are computed as one flat run
  * (plane_taps): four pixels to a group across row ends, so a 6x6 plane is 9 groups instead
  * of 12 and one call per block instead of one per output row (0.80x the time on
- * MobileNetV2-96's 6x6 layers, 0.85x on its 3x3). Other dilations go through a byte
+ * MobileNetV2-96's 6x6 layers, 0.85x on its 3x3). With VBMI, a plane that fits 64 bytes
+ * padded is padded by one byte permute per channel and transposed whole (fill_plane_vbmi),
+ * with no work per row. Other dilations go through a byte
  * transpose of the row. Four output
  * columns share each weight vector and are requantised together (a row's last 1..3 as
  * well, under masks), packed to int8 by saturating packs; when every shift is <= -2 (the
@@ -407,6 +409,59 @@ ES_NOINLINE static void fill_rows_narrow(const dw_scratch *s, const int8_t *src,
         s->tag[slot] = r + b;
     }
 }
+
+#if defined(__AVX512VBMI__)
+/* A whole plane of at most 64 bytes whose padded rows the taps read are at most 64 bytes too
+ * (plane_taps; 6x6 and 3x3 planes): each channel's plane is padded by one byte permute (ix:
+ * the input byte of each padded position f = r*Wp + j, or 64 for the padding), the 16
+ * padded planes are transposed to dwords, and the quad of padded row r, column j is a
+ * funnel shift of the dwords around f, stored at ring slot r, column j (slots are Wp
+ * columns apart). The bytes of a quad past its row's end are the next row's; the weights
+ * there are 0. No work per row or column: fill_rows_narrow's per-row realignment took as
+ * long as the taps on these planes. Positions f0 .. f1-1 (the input rows) are stored; the
+ * vertical padding is stored once per call. */
+ES_NOINLINE static void fill_plane_vbmi(unsigned char *ring, const int8_t *src, size_t cstride,
+                                        int nc, int hw, const unsigned char *ix, int f0,
+                                        int f1, int32_t xzp) {
+    const __m512i zp = _mm512_set1_epi8((char)xzp), flip = _mm512_set1_epi8((char)0x80);
+    const __m512i idx = _mm512_loadu_si512(ix);
+    const __mmask64 lm = hw >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << hw) - 1u);
+    const int nk = (f1 + 3 + 15) / 16 < 4 ? (f1 + 3 + 15) / 16 : 4; /* 16-byte chunks read */
+    int8_t pl[16 * 64];
+    __m512i d[17];
+    int c, k, g;
+    for (c = 0; c < 16; ++c)
+        _mm512_storeu_si512(pl + 64 * c,
+                            c < nc ? _mm512_permutex2var_epi8(
+                                         _mm512_maskz_loadu_epi8(lm, src + (size_t)c * cstride),
+                                         idx, zp)
+                                   : zp);
+    for (k = 0; k < 4; ++k) {
+        if (k < nk) {
+            load_tr_dwords(d + 4 * k, pl + 16 * k, 64);
+            for (g = 4 * k; g < 4 * k + 4; ++g) d[g] = _mm512_xor_si512(d[g], flip);
+        } else {
+            d[4 * k] = d[4 * k + 1] = d[4 * k + 2] = d[4 * k + 3] = _mm512_xor_si512(zp, flip);
+        }
+    }
+    d[16] = _mm512_xor_si512(zp, flip);
+    for (g = f0 / 4; 4 * g < f1; ++g) {
+        unsigned char *q = ring + (size_t)g * 256;
+        const int f = 4 * g;
+        if (f >= f0 && f + 4 <= f1) {
+            _mm512_storeu_si512(q, d[g]);
+            _mm512_storeu_si512(q + 64, ES_DW_FUNNEL(d[g], d[g + 1], 1));
+            _mm512_storeu_si512(q + 128, ES_DW_FUNNEL(d[g], d[g + 1], 2));
+            _mm512_storeu_si512(q + 192, ES_DW_FUNNEL(d[g], d[g + 1], 3));
+            continue;
+        }
+        if (f >= f0 && f < f1) _mm512_storeu_si512(q, d[g]);
+        if (f + 1 >= f0 && f + 1 < f1) _mm512_storeu_si512(q + 64, ES_DW_FUNNEL(d[g], d[g + 1], 1));
+        if (f + 2 >= f0 && f + 2 < f1) _mm512_storeu_si512(q + 128, ES_DW_FUNNEL(d[g], d[g + 1], 2));
+        if (f + 3 >= f0 && f + 3 < f1) _mm512_storeu_si512(q + 192, ES_DW_FUNNEL(d[g], d[g + 1], 3));
+    }
+}
+#endif
 
 /* (c0, c1, c2, c3) byte columns of 16 channels -> 16 quads (c0[c], c1[c], c2[c], c3[c]) */
 static inline __m512i quads16(__m128i c0, __m128i c1, __m128i c2, __m128i c3) {
@@ -1152,6 +1207,10 @@ void es_dwconv2d_i8_hwc(const int8_t *x, const int8_t *w, const int32_t *bias,
     const int whole = s.batch > 1 && hr <= s.nr && OH * OW <= s.obc && OH * OW <= 128;
     const int hin = (hr - PT < H ? hr - PT : H); /* input rows read: 0 .. hin-1 */
     int32_t toff[128];
+#if defined(__AVX512VBMI__)
+    const int vplane = whole && H * W <= 64 && hr * Wp <= 64; /* fill_plane_vbmi */
+    unsigned char ix[64];
+#endif
     if (whole) {
         const __m512i pad = _mm512_set1_epi8((char)(p->x_zp + 128));
         int r, j;
@@ -1162,6 +1221,13 @@ void es_dwconv2d_i8_hwc(const int8_t *x, const int8_t *w, const int32_t *bias,
         for (oh = 0; oh < OH; ++oh)
             for (j = 0; j < OW; ++j)
                 toff[oh * OW + j] = oh * SH * s.slot + j * p->SW * 64;
+#if defined(__AVX512VBMI__)
+        for (j = 0; j < 64 && vplane; ++j) { /* padded position j: row j / Wp, column j % Wp */
+            const int ih = j / Wp - PT, iw = j % Wp - PL;
+            ix[j] = (unsigned char)(j / Wp < hr && ih >= 0 && ih < H && iw >= 0 && iw < W
+                                        ? ih * W + iw : 64);
+        }
+#endif
     }
 #else
     memset(s.ring, 0, (size_t)s.nr * s.slot); /* the padding columns stay 0 */
@@ -1181,6 +1247,12 @@ void es_dwconv2d_i8_hwc(const int8_t *x, const int8_t *w, const int32_t *bias,
         if (whole) {
             int ih;
             __m512i b = bv;
+#if defined(__AVX512VBMI__)
+            if (vplane)
+                fill_plane_vbmi(s.ring, x + (size_t)cb * cstride, cstride, nc, H * W, ix,
+                                PT * Wp, (PT + hin) * Wp, p->x_zp);
+            else
+#endif
             for (ih = 0; ih < hin; ih += s.batch) /* padded row PT + ih in slot PT + ih */
                 fill_rows_narrow(&s, x + (size_t)cb * cstride + (size_t)ih * W, cstride, nc,
                                  s.batch < hin - ih ? s.batch : hin - ih, W, lo, n, Wp,
