@@ -1,7 +1,7 @@
 """Each path of the fp32 depthwise kernel against the reference es_conv2d_f32, on odd
 shapes swept rather than picked: input widths 1 to 33 with 3x3 and 5x5 taps, stride 1 and
 2, padding that differs on every side (top/left/bottom/right), heights that leave the last
-block of 8 (3x3) or 4 (5x5) output rows part full, channel counts that leave a 16-channel block part
+block of 8 output rows part full, channel counts that leave a 16-channel block part
 full, and the fused activations; plus wide rows: 3x3 and 5x5 rows of 24 to 1100 outputs,
 and the shapes the other AVX-512 paths keep (non-square, 7x7, dilated). The shapes route
 the cases through all four paths: the AVX-512 rows with the taps fixed at compile time
@@ -20,7 +20,7 @@ from edgesmith.targets.lower.kernels import dw_f32_lanes, dw_f32_scratch
 from tests.targets.test_dw_f32_fast import _build, _geo, _run
 from tests.targets.test_int8_fast import FLAVOURS
 
-ROWS = {3: 8, 5: 4}  # ES_DWK_ROWS(K): output rows per block of the compile-time-tap rows
+DWK_ROWS = 8  # ES_DWK_ROWS: output rows per block of the compile-time-tap rows
 ACTS = (0, 1, 2, 3, 4, 5, 6, 7)  # none, relu, clip, leaky, hard-swish, sigmoid, silu, hardsigmoid
 
 
@@ -46,7 +46,8 @@ def sweep_cases() -> list[tuple]:
                 out.append((c, h, w, k, k, s, s, pt, pl, pb, pr, 1, 1, act))
     # rows of 24+ outputs, square 3x3 / 5x5 (the compile-time-tap rows on AVX-512): masks on
     # both edges, a row that ends inside a 16-output chunk, a row of 550 outputs, 5x5
-    # stride 1 and 2, 3x3 stride 2 with 16 and 17 output rows (blocks of 8 full, and one over)
+    # stride 1 and 2, 3x3 stride 2 with 16 and 17 output rows (blocks of 8 full, and one
+    # over), 5x5 stride 2 with 9
     for c, h, w, k, s, pt, pl, pb, pr, dw_, act in (
             (3, 27, 49, 3, 2, 1, 0, 0, 1, 1, 2), (5, 23, 64, 3, 2, 0, 1, 1, 0, 1, 6),
             (2, 27, 97, 5, 2, 2, 1, 0, 2, 1, 4), (4, 29, 80, 3, 2, 1, 1, 1, 1, 2, 1),
@@ -54,7 +55,8 @@ def sweep_cases() -> list[tuple]:
             (3, 12, 33, 5, 1, 2, 0, 1, 2, 1, 5), (6, 15, 40, 5, 1, 0, 2, 2, 1, 1, 7),
             (17, 9, 28, 5, 1, 2, 2, 2, 2, 1, 6), (2, 7, 58, 5, 1, 1, 3, 0, 1, 2, 0),
             (3, 10, 112, 3, 1, 1, 0, 2, 1, 1, 6), (2, 11, 113, 5, 1, 2, 1, 0, 2, 1, 2),
-            (3, 32, 30, 3, 2, 1, 1, 1, 1, 1, 2), (2, 34, 40, 3, 2, 0, 1, 1, 0, 1, 6)):
+            (3, 32, 30, 3, 2, 1, 1, 1, 1, 1, 2), (2, 34, 40, 3, 2, 0, 1, 1, 0, 1, 6),
+            (2, 17, 40, 5, 2, 2, 1, 2, 2, 1, 3)):
         out.append((c, h, w, k, k, s, s, pt, pl, pb, pr, 1, dw_, act))
     # what the compile-time rows leave to the direct rows (3x5, 7x7, dilated along the row)
     # and to the phases (dilated rows, a row past ES_DWD_MAXOW, stride 3)
@@ -81,14 +83,14 @@ def _path(g: dict) -> str:
 
 def test_the_sweep_reaches_every_path():
     """Every path gets cases, the compile-time rows with every K, S and every count of rows
-    in the last block (ES_DWK_ROWS: 8 for 3x3, 4 for 5x5)."""
+    in the last block (ES_DWK_ROWS)."""
     geos = [_geo(c) for c in sweep_cases()]
     paths = [_path(g) for g in geos]
     rows = [g for g, p in zip(geos, paths, strict=True) if p == "rows"]
     assert paths.count("lanes") >= 5 and paths.count("direct") >= 3
     assert paths.count("phases") >= 3 and len(rows) >= 40
-    assert {(g["KH"], g["SH"], g["OH"] % ROWS[g["KH"]]) for g in rows} >= {
-        (k, s, r) for k in (3, 5) for s in (1, 2) for r in range(ROWS[k])}
+    assert {(g["KH"], g["SH"], g["OH"] % DWK_ROWS) for g in rows} >= {
+        (k, s, r) for k in (3, 5) for s in (1, 2) for r in range(DWK_ROWS)}
     assert all(g["OH"] >= 1 and g["OW"] >= 1 for g in geos)
     assert len({(g["PT"], g["PB"]) for g in geos if g["PT"] != g["PB"]}) > 2
 

@@ -7,9 +7,8 @@
  * Four paths, chosen by shape in es_dwconv2d_f32 (timed side by side on the depthwise
  * convs of MobileNetV2/V3 and EfficientNet-B0, AMD EPYC, AVX-512 and AVX2 builds):
  *   - AVX-512, square 3 x 3 and 5 x 5, stride 1 or 2, undilated (dw_k): straight from the
- *     planes, 8 (3 x 3) or 4 (5 x 5) output rows at a time, on rows of 12+ outputs or
- *     planes too big for the lanes: every such conv of the MobileNets and EfficientNet but
- *     the 7 x 7 and smaller;
+ *     planes, 8 output rows at a time, on rows of 12+ outputs or planes too big for the
+ *     lanes: every such conv of the MobileNets and EfficientNet but the 7 x 7 and smaller;
  *   - channels in the lanes (dw_lanes): planes of ES_F32_DW_LANES outputs (7 x 7 to 14 x 14);
  *   - AVX-512, stride 2, rows of 24+ outputs (dw_direct), the other kernel sizes and
  *     dilations: straight from the planes;
@@ -398,15 +397,16 @@ static void dw_direct(const float *x, const float *w, const float *b, float *y,
  * and EfficientNet get their own instances (dwk_block for each K, S): the K^2 weights are
  * in registers, R output rows of 16 columns accumulate at once (R FMA chains, and an input
  * row read by several of them is loaded once: K + (R - 1) S rows for R K^2 multiplies),
- * and the row and tap loops unroll, so each tap is a masked load and an FMA. R is 8 for
- * 3 x 3 (0.78-0.92x the time of 4 rows at stride 1, the same at stride 2) and 4 for 5 x 5,
- * whose 25 weights leave registers for no more. At stride 2 one input row's taps come
+ * and the row and tap loops unroll, so each tap is a masked load and an FMA. R is 8
+ * (ES_DWK_ROWS): against 4 rows, 0.78-0.92x the time on 3 x 3 and 0.79-0.83x on 5 x 5 at
+ * stride 1 (on 5 x 5 the compiler keeps some of the 25 weights in memory, as FMA operands,
+ * and 6 rows gained only 0.92x), about the same at stride 2. At stride 2 one input row's taps come
  * from three loads and permutes (dwk_s2_taps), not two loads and a permute per tap (as
  * dwd_load does): 0.80-0.84x the time on 5 x 5, 0.90-0.97x on 3 x 3. Lanes whose input
  * column falls in the padding or past the row are masked to zero as in dwd_load, and input
  * rows outside the plane are skipped. Any width, so it also takes the 14 x 14 and 28 x 28
  * planes the phases ran at a third of this speed. */
-#define ES_DWK_ROWS(K) ((K) == 3 ? 8 : 4)
+#define ES_DWK_ROWS 8
 #define ES_DWK(p)                                                                          \
     ((p)->KH == (p)->KW && ((p)->KH == 3 || (p)->KH == 5) && (p)->SH == (p)->SW &&         \
      ((p)->SH == 1 || (p)->SH == 2) && (p)->DH == 1 && (p)->DW == 1)
@@ -442,7 +442,7 @@ ES_DW_INLINE void dwk_block(const float *xc, const __m512 *wk, __m512 bias, floa
                             int nr, int ow, const es_conv_params *p, const int K, const int S,
                             const int R) {
     const int ih0 = oh * S - p->PT, c0 = ow * S - p->PL, n = p->OW - ow;
-    __m512 acc[ES_DWK_ROWS(3)], v[5];
+    __m512 acc[ES_DWK_ROWS], v[5];
     unsigned long long m[5];
     int i, kw, r;
     for (r = 0; r < R; ++r) acc[r] = bias;
@@ -470,7 +470,7 @@ ES_DW_INLINE void dwk_block(const float *xc, const __m512 *wk, __m512 bias, floa
 
 ES_DW_INLINE void dwk_plane(const float *xc, const float *wc, float b, float *yc,
                             const es_conv_params *p, const int K, const int S) {
-    const int R = ES_DWK_ROWS(K);
+    const int R = ES_DWK_ROWS;
     __m512 wk[25];
     const __m512 bias = _mm512_set1_ps(b);
     int t, oh, ow;
