@@ -284,9 +284,10 @@ static void mk_f32_block(const float *col, const int32_t *off, int K, const floa
 #endif
 
 /* ---- small planes: output channels in the lanes ------------------------------------------
- * On a plane of at most ES_F32_CL_P output pixels (ES_F32_CL_PK when K >= ES_F32_CL_K)
- * whose 16-pixel vectors would leave lanes empty (3 x 3: 9 of 16; 7 x 7: 49 of 64; and the
- * WQ - OW grid columns of a padded 3 x 3 conv on top), the GEMM turns around, as
+ * On a plane of at most ES_F32_CL_P output pixels whose 16-pixel vectors would leave lanes
+ * empty (3 x 3: 9 of 16; 7 x 7: 49 of 64; and the WQ - OW grid columns of a padded 3 x 3
+ * conv on top), or of at most ES_F32_CL_PK with K >= ES_F32_CL_K where the pixel path would
+ * waste 1/20 of its cells or more (use_cl), the GEMM turns around, as
  * XNNPACK's f32-gemm does on NHWC: the packed weights' 16-channel rows are the vectors,
  * each pixel's input value is broadcast, and
  * ES_CL_CH channels x ES_CL_NP pixels stay in registers for the whole K (AVX-512: 32 x 9 in
@@ -297,14 +298,17 @@ static void mk_f32_block(const float *col, const int32_t *off, int K, const floa
  * weight block is read once per chunk, from cache after the first. Pixel j of a chunk
  * reads grid cell g[j] of each K row (its flat index, or oh WQ + ow through the phases). */
 #define ES_F32_CL_P 64
-/* Up to 256 pixels with a long K: ResNet's 3x3 at 14 x 14 runs 224 grid cells for 196
- * outputs on the pixel path (1/8 of its FMAs wasted) and none here. A chunk's scalar
- * transpose out of the tile costs about ES_CL_CH NP moves against its K ES_CL_CH NP / 16
- * FMAs, so a short K loses. Kernel alone, thread CPU time, p50 of 7 alternating rounds,
- * load 1.7-3.7, 14 x 14 planes, this path over the pixel path: 3x3 256 -> 256 0.86-0.87x,
- * 3x3 128 -> 256 stride 2 0.90-0.92x, 1x1 384 -> 64 0.88-0.91x, 3x3 64 -> 64 0.90-0.91x;
- * but at K 96 and 128 (1x1 96 -> 576, 1x1 128 -> 256 stride 2) 1.13x and 1.04x. */
-#define ES_F32_CL_PK 256
+/* Bigger planes with a long K: ResNet's 3x3 at 14 x 14 runs 224 grid cells for 196
+ * outputs on the pixel path (1/8 of its FMAs wasted), at 28 x 28 848 for 784, and none
+ * here. A chunk's scalar transpose out of the tile costs about ES_CL_CH NP moves against
+ * its K ES_CL_CH NP / 16 FMAs, so a short K loses. Kernel alone, thread CPU time, p50 of
+ * 7-11 alternating rounds, load 1.7-6.5, this path over the pixel path: 3x3 256 -> 256 at
+ * 14 x 14 0.86-0.87x, 3x3 128 -> 256 stride 2 (14 x 14) 0.90-0.92x, 1x1 384 -> 64 at
+ * 14 x 14 0.88-0.91x, 3x3 128 -> 128 at 28 x 28 0.92-0.95x; at K 96 and 128 (1x1 96 -> 576,
+ * 1x1 128 -> 256 stride 2, 14 x 14) 1.13x and 1.04x; with under 1/20 of the cells wasted
+ * no gain (3x3 64 -> 128 stride 2 to 28 x 28, 3.5 %: 1.00-1.01x) or a loss (3x3 64 -> 64 at
+ * 56 x 56, 3.4 %: 1.03x). */
+#define ES_F32_CL_PK 1024
 #define ES_F32_CL_K 256
 
 #if defined(__GNUC__)
@@ -442,11 +446,19 @@ static void cl_tile(const float *col, const int32_t *off, const int *g, int K,
     }
 }
 
+/* the cells the pixel path computes on a grid of n: tiles of 32, the last one 16 wide when
+ * that is enough */
+static int pixel_cells(int n) {
+    const int r = n % ES_F32_TP;
+    return n - r + (r == 0 ? 0 : r <= 16 ? 16 : ES_F32_TP);
+}
+
 /* whether a plane of P outputs on a grid of n cells, K long, goes to gemm_cl: small, and
- * 16-pixel vectors over the grid would leave lanes empty */
+ * 16-pixel vectors over the grid would leave lanes empty; or bigger, K long, and 1/20 of
+ * the pixel path's cells would be wasted */
 static int use_cl(int P, int n, int K) {
-    return (P <= ES_F32_CL_P || (P <= ES_F32_CL_PK && K >= ES_F32_CL_K)) &&
-           (n + 15) / 16 * 16 != P;
+    if (P <= ES_F32_CL_P) return (n + 15) / 16 * 16 != P;
+    return P <= ES_F32_CL_PK && K >= ES_F32_CL_K && 20 * (pixel_cells(n) - P) >= pixel_cells(n);
 }
 
 /* y[m][o] for every m < M and output o < P, o = oh OW + ow read at grid cell oh WQ + ow of
