@@ -815,7 +815,12 @@ ES_NOINLINE static void block_row(int8_t *o, const dw_scratch *s, int nv, __m512
 ES_NOINLINE static void plane_taps(int8_t *o, const unsigned char *ring, const int32_t *toff,
                                    int n, size_t slot, int KH, int KQ, const unsigned char *wts,
                                    __m512i bias, const dw_rq *rqp) {
-    const dw_rq rc = *rqp, *rq = &rc; /* a local copy: stores to o cannot alias it */
+    /* the constants are read once into variables (no copy of the struct per block): only
+     * store4, for the rare requantisations, reads through rq */
+    const dw_rq *rq = rqp;
+    const __m512i w0 = _mm512_loadu_si512(wts), w1 = _mm512_loadu_si512(wts + 64);
+    const __m512i w2 = _mm512_loadu_si512(wts + 128);
+    const int k3 = KH == 3 && KQ == 1; /* 3x3: the weights in registers */
     const __m512i d4 = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
     const __m512i mult = rq->r.mult, mult_o = rq->r.mult_o, rest = rq->r.rest1, rnd = rq->r.rnd;
     const __m512 scale = rq->r.scale, hi = rq->r.hi;
@@ -832,6 +837,21 @@ ES_NOINLINE static void plane_taps(int8_t *o, const unsigned char *ring, const i
         const unsigned char *x3 = ring + toff[m > 3 ? t + 3 : t];
         __m512i a[4], p01, p23, v;
         a[0] = a[1] = a[2] = a[3] = bias;
+        if (k3) {
+            const size_t d1 = slot, d2 = 2 * slot;
+            a[0] = _mm512_dpbusd_epi32(a[0], _mm512_loadu_si512(x0), w0);
+            a[1] = _mm512_dpbusd_epi32(a[1], _mm512_maskz_loadu_epi32(l1, x1), w0);
+            a[2] = _mm512_dpbusd_epi32(a[2], _mm512_maskz_loadu_epi32(l2, x2), w0);
+            a[3] = _mm512_dpbusd_epi32(a[3], _mm512_maskz_loadu_epi32(l3, x3), w0);
+            a[0] = _mm512_dpbusd_epi32(a[0], _mm512_loadu_si512(x0 + d1), w1);
+            a[1] = _mm512_dpbusd_epi32(a[1], _mm512_maskz_loadu_epi32(l1, x1 + d1), w1);
+            a[2] = _mm512_dpbusd_epi32(a[2], _mm512_maskz_loadu_epi32(l2, x2 + d1), w1);
+            a[3] = _mm512_dpbusd_epi32(a[3], _mm512_maskz_loadu_epi32(l3, x3 + d1), w1);
+            a[0] = _mm512_dpbusd_epi32(a[0], _mm512_loadu_si512(x0 + d2), w2);
+            a[1] = _mm512_dpbusd_epi32(a[1], _mm512_maskz_loadu_epi32(l1, x1 + d2), w2);
+            a[2] = _mm512_dpbusd_epi32(a[2], _mm512_maskz_loadu_epi32(l2, x2 + d2), w2);
+            a[3] = _mm512_dpbusd_epi32(a[3], _mm512_maskz_loadu_epi32(l3, x3 + d2), w2);
+        } else
         for (kh = 0; kh < KH; ++kh)
             for (q = 0; q < KQ; ++q) {
                 const size_t d = (size_t)kh * slot + (size_t)q * 256;
