@@ -156,6 +156,7 @@ typedef struct {
     int p0, np;                /* first pixel, pixels stored (<= NP) */
 #if defined(ES_CL_VNNI)
     es_rq16 rq[2]; /* requantisation constants of the two blocks, set once per block pair */
+    int below1[2]; /* ES_RQ_FP32 with every scale of the block under 1 (see store_block) */
 #endif
 } cl_tile;
 
@@ -164,17 +165,25 @@ typedef struct {
 static void pair_consts(cl_tile *tl, const int32_t *mult, const int32_t *shift,
                         const es_conv_params *p) {
     const int m1 = tl->m0 + NC;
+    int b;
     tl->rq[0] = es_rq16_setup(mult + tl->m0, shift + tl->m0, tl->nm < NC ? tl->nm : NC, p->rq,
                               p->y_zp, p->qmin, p->qmax);
     if (tl->nm > NC)
         tl->rq[1] = es_rq16_setup(mult + m1, shift + m1, tl->nm - NC, p->rq, p->y_zp, p->qmin,
                                   p->qmax);
+    for (b = 0; b < 2; ++b) /* lanes past nm hold scale 1/4 (es_rq16_setup) */
+        tl->below1[b] = tl->rq[b].fp32 && (b == 0 || tl->nm > NC) &&
+                        _mm512_cmplt_epu32_mask(_mm512_castps_si512(tl->rq[b].scale),
+                                                _mm512_set1_epi32(0x3f800000)) == 0xffff;
 }
 
 /* requantise one block's 8 pixel vectors (16 channels each) and store them to channel
- * rows m0.. of y: y[(m0 + c) * P + p0 + i] for c < nm, i < np */
-static void store_block(const __m512i *acc, const es_rq16 *rq, int m0, int nm, int8_t *y,
-                        int P, int p0, int np, const es_conv_params *p) {
+ * rows m0.. of y: y[(m0 + c) * P + p0 + i] for c < nm, i < np. below1 (ES_RQ_FP32, every
+ * scale under 1): |acc * scale| < 2^31, so vcvtps2dq cannot overflow and the float clamps
+ * are left to the saturating narrow and the byte clamps that follow anyway; rounding is
+ * monotone and the bounds integers, so the bytes are es_requant's. */
+static void store_block(const __m512i *acc, const es_rq16 *rq, int below1, int m0, int nm,
+                        int8_t *y, int P, int p0, int np, const es_conv_params *p) {
     const __m512i zp = _mm512_set1_epi32(p->y_zp);
     const __m128i lo = _mm_set1_epi8((char)p->qmin), hi = _mm_set1_epi8((char)p->qmax);
     const __mmask16 kp = (__mmask16)((1u << np) - 1u);
@@ -186,7 +195,9 @@ static void store_block(const __m512i *acc, const es_rq16 *rq, int m0, int nm, i
             r[i] = _mm_setzero_si128();
             continue;
         }
-        q = _mm512_add_epi32(es_rq16_apply(acc[i], rq), zp);
+        q = below1 ? _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[i]), rq->scale))
+                   : es_rq16_apply(acc[i], rq);
+        q = _mm512_add_epi32(q, zp);
         r[i] = _mm_min_epi8(_mm_max_epi8(_mm512_cvtsepi32_epi8(q), lo), hi);
     }
     /* 8 pixels x 16 channels -> 16 channels x 8 pixels: t pairs pixels, u quads, v octets */
@@ -215,10 +226,10 @@ static void store_block(const __m512i *acc, const es_rq16 *rq, int m0, int nm, i
 }
 
 /* store_block of a whole tile: its first 8 pixels, then the rest */
-static void store_tile(const __m512i *acc, const es_rq16 *rq, int m0, int nm, int8_t *y,
-                       int P, int p0, int np, const es_conv_params *p) {
-    store_block(acc, rq, m0, nm, y, P, p0, np < SP ? np : SP, p);
-    if (np > SP) store_block(acc + SP, rq, m0, nm, y, P, p0 + SP, np - SP, p);
+static void store_tile(const __m512i *acc, const es_rq16 *rq, int below1, int m0, int nm,
+                       int8_t *y, int P, int p0, int np, const es_conv_params *p) {
+    store_block(acc, rq, below1, m0, nm, y, P, p0, np < SP ? np : SP, p);
+    if (np > SP) store_block(acc + SP, rq, below1, m0, nm, y, P, p0 + SP, np - SP, p);
 }
 
 /* one tile of n pixels (n <= NP, a constant where each tile_<n> below inlines it) x 32
@@ -261,8 +272,10 @@ static inline void tile_n(const cl_tile *tl, int KH, int KW, int C4, const int32
                 }
             }
         }
-    store_tile(s, &tl->rq[0], tl->m0, tl->nm, y, P, tl->p0, tl->np, p);
-    if (tl->nm > NC) store_tile(u, &tl->rq[1], tl->m0 + NC, tl->nm - NC, y, P, tl->p0, tl->np, p);
+    store_tile(s, &tl->rq[0], tl->below1[0], tl->m0, tl->nm, y, P, tl->p0, tl->np, p);
+    if (tl->nm > NC)
+        store_tile(u, &tl->rq[1], tl->below1[1], tl->m0 + NC, tl->nm - NC, y, P, tl->p0, tl->np,
+                   p);
 }
 
 #define CL_TILE(N)                                                                             \
