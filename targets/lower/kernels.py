@@ -157,14 +157,17 @@ def use_cl(p: dict) -> bool:
       than the separate Add: layer1 in all 2420 vs 2437 us (load 6-7), so channel lanes stay;
     - 1x1 convs on planes of at most 16 pixels (192->64 on 4x4 1.3 vs 2.1 us), and on planes
       of at most 64 whose pixel tiles of 16 leave a fifth or more of the lanes idle when the
-      reduction is long, C >= 512: 576->96 on 6x6 10.7 vs 13.0 us alone, 11.5 vs 12.2 in
-      MobileNetV2-96; 960->320 on 7x7 72 vs 88 alone, 82 vs 95 in MobileNetV2-224 (load 6-8).
-      Shorter ones keep pixel lanes: 384->64 on 6x6 is 6.0 vs 7.0 us alone but 6.0 vs 5.6 in
-      MobileNetV2-96, where the pixel-lane kernel reads the depthwise conv's quad planes as
-      they are (passes.hand_over_quads); 320->1280 on 7x7 106 vs 119 alone, 127 vs 126 in
-      the net (its 400 KB of weights come from memory there); 96->576 on 6x6 14.9 vs 13.8,
-      160->960 on 7x7 57 vs 51. Planes that fill the lanes keep them too (256->1024 on 8x8
-      103 vs 79 us), and so do larger planes."""
+      reduction is long and the conv wide, C >= 512 and M >= 256: 960->320 on 7x7 72 vs 88
+      us alone, and in MobileNetV2-224 with the depthwise conv before it 106 vs 114 (load 8).
+      Such a 1x1 is a projection after a depthwise conv, which hands the pixel-lane kernel
+      its output as quad planes (passes.hand_over_quads) and writes CHW more slowly (18 ->
+      19-21 us there); what the channel lanes save grows with M, that cost does not. So
+      960->160 on 7x7 (37.5 vs 45 alone) is 63-66 vs 65 with its depthwise conv, 576->160
+      56 vs 55, and they keep pixel lanes, as do 576->96 and 384->64 on 6x6 (10.7 vs 13.0,
+      6.0 vs 7.0 alone; 6.0 vs 5.6 in MobileNetV2-96), the last conv 320->1280 on 7x7 (106
+      vs 119 alone, 127 vs 126 in the net: its 400 KB of weights come from memory there),
+      shorter reductions (96->576 on 6x6 14.9 vs 13.8 us, 160->960 on 7x7 57 vs 51), planes
+      that fill the lanes (256->1024 on 8x8 103 vs 79 us) and larger planes."""
     m32 = -(-p["M"] // 32) * 32
     plane = p["OH"] * p["OW"]
     if 3 * m32 > 4 * p["M"]:
@@ -172,7 +175,7 @@ def use_cl(p: dict) -> bool:
     if p["KH"] * p["KW"] > 1:
         return True
     idle = 5 * plane <= 4 * (-(-plane // 16) * 16)
-    return plane <= 16 or (plane <= 64 and idle and p["C"] >= 512)
+    return plane <= 16 or (plane <= 64 and idle and p["C"] >= 512 and p["M"] >= 256)
 
 
 # -- the kernels -----------------------------------------------------------------------------
