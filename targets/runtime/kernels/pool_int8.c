@@ -110,12 +110,41 @@ static int8_t clipped_max(const int8_t *xc, const es_pool_params *p, int ow, int
     return (int8_t)m;
 }
 
+/* t[i] = the max of x[i] over `rows` rows `step` bytes apart, i < W: the vertical half of
+ * a separable max (unit stride, so it vectorises at full width whatever the pool's stride) */
+static void rows_max(int8_t *restrict t, const int8_t *restrict x, int W, int rows,
+                     size_t step) {
+    int i, r;
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+    for (i = 0; i < W; i += 64) {
+        const __mmask64 m = W - i >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (W - i)) - 1;
+        __m512i acc = _mm512_maskz_loadu_epi8(m, x + i);
+        for (r = 1; r < rows; ++r)
+            acc = _mm512_max_epi8(acc, _mm512_maskz_loadu_epi8(m, x + (size_t)r * step + i));
+        _mm512_mask_storeu_epi8(t + i, m, acc);
+    }
+#else
+    for (i = 0; i < W; ++i) t[i] = x[i];
+    for (r = 1; r < rows; ++r) {
+        const int8_t *xr = x + (size_t)r * step;
+        for (i = 0; i < W; ++i) t[i] = xr[i] > t[i] ? xr[i] : t[i];
+    }
+#endif
+}
+
 /* Max pooling without a bounds check per tap: the rows of a window that lie inside the
  * plane are found once per output row, and the output columns whose whole window lies
  * inside the row (the interior) once per call. The interior is then max-accumulated tap
  * by tap over the whole output row, a vector sweep per tap; only the few border columns
  * clip their window, once per column. Bit-identical to es_maxpool2d_i8_ref: a window with
- * no element inside the plane gives -128, as there. */
+ * no element inside the plane gives -128, as there.
+ *
+ * Max is separable: for a window of several rows, the rows are first reduced to one
+ * (rows_max, into t on the stack) and the columns' taps then read that row only. ResNet's
+ * 3x3 stride-2 pool then does 3 + 3 vector passes per output row instead of 9, and only the
+ * 3 column passes pay for the stride (a narrowing per vector). Rows wider than
+ * ES_MAXPOOL_I8_ROW keep the taps over all rows. */
+#define ES_MAXPOOL_I8_ROW 1024
 void es_maxpool2d_i8(const int8_t *x, int8_t *y, const es_pool_params *p) {
     const int C = p->C, H = p->H, W = p->W, OH = p->OH, OW = p->OW, KH = p->KH, KW = p->KW;
     const int SH = p->SH, SW = p->SW, PT = p->PT, PL = p->PL, DH = p->DH, DW = p->DW;
@@ -123,6 +152,7 @@ void es_maxpool2d_i8(const int8_t *x, int8_t *y, const es_pool_params *p) {
      * left of column W - 1 */
     const int ow0 = first_inside(-PL, SW) < OW ? first_inside(-PL, SW) : OW;
     const int ow1 = end_inside(-PL + (KW - 1) * DW, SW, W - 1, ow0, OW);
+    int8_t t[ES_MAXPOOL_I8_ROW];
     int c, oh, ow, kh, kw;
     for (c = 0; c < C; ++c) {
         const int8_t *xc = x + (size_t)c * H * W;
@@ -131,22 +161,27 @@ void es_maxpool2d_i8(const int8_t *x, int8_t *y, const es_pool_params *p) {
             const int kh0 = first_inside(h0, DH) < KH ? first_inside(h0, DH) : KH;
             const int kh1 = end_inside(h0, DH, H - 1, kh0, KH);
             int8_t *yr = y + ((size_t)c * OH + oh) * OW;
-            int done = 0;
+            const int8_t *rows = xc; /* the window's rows: the plane's, or t's one row */
+            int r0 = h0, a = kh0, b = kh1, done = 0;
+            if (kh1 - kh0 > 1 && W <= ES_MAXPOOL_I8_ROW) {
+                rows_max(t, xc + (size_t)(h0 + kh0 * DH) * W, W, kh1 - kh0, (size_t)DH * W);
+                rows = t, r0 = 0, a = 0, b = 1;
+            }
 #if defined(__AVX512BW__) && defined(__AVX512VL__)
-            done = ow1 > ow0 && kh1 > kh0 &&
-                   interior_avx512(yr + ow0, xc + (size_t)(h0 + kh0 * DH) * W + ow0 * SW - PL,
-                                   ow1 - ow0, kh1 - kh0, (size_t)DH * W, KW, DW, SW);
+            done = ow1 > ow0 && b > a &&
+                   interior_avx512(yr + ow0, rows + (size_t)(r0 + a * DH) * W + ow0 * SW - PL,
+                                   ow1 - ow0, b - a, (size_t)DH * W, KW, DW, SW);
 #endif
             if (!done) {
                 for (ow = ow0; ow < ow1; ++ow) yr[ow] = -128;
-                for (kh = kh0; kh < kh1; ++kh) {
-                    const int8_t *xr = xc + (size_t)(h0 + kh * DH) * W;
+                for (kh = a; kh < b; ++kh) {
+                    const int8_t *xr = rows + (size_t)(r0 + kh * DH) * W;
                     for (kw = 0; kw < KW; ++kw)
                         max_into(yr + ow0, xr + ow0 * SW - PL + kw * DW, ow1 - ow0, SW);
                 }
             }
-            for (ow = 0; ow < ow0; ++ow) yr[ow] = clipped_max(xc, p, ow, h0, kh0, kh1);
-            for (ow = ow1; ow < OW; ++ow) yr[ow] = clipped_max(xc, p, ow, h0, kh0, kh1);
+            for (ow = 0; ow < ow0; ++ow) yr[ow] = clipped_max(rows, p, ow, r0, a, b);
+            for (ow = ow1; ow < OW; ++ow) yr[ow] = clipped_max(rows, p, ow, r0, a, b);
         }
     }
 }
