@@ -47,7 +47,8 @@
  * kernel rows it reads. With DW = 1 the four bytes are contiguous in CHW memory: the input
  * row is transposed 16 columns at a time into 32-bit words q[i] = x[4i .. 4i+3] of each
  * channel (16 masked 128-bit broadcast loads and in-lane unpacks when all 16 channels and
- * columns exist), and every ring column is a funnel shift of two neighbours,
+ * columns exist; on rows in L1 the loads paired by 256-bit inserts instead), and every
+ * ring column is a funnel shift of two neighbours,
  * (q[i] >> 8k) | (q[i+1] << 32-8k) per lane (one vpshrdd with VBMI2), with the padding
  * words on either side, made only where the stride reads it. Narrow rows (W <= 24) are
  * transposed B = 16 / gcd(W, 16) at a time (64 / W where that passes 64 bytes), since a
@@ -277,6 +278,36 @@ static inline void load_tr_dwords(__m512i z[4], const int8_t *src, size_t cstrid
     z[3] = _mm512_unpackhi_epi64(t1, t3);
 }
 
+/* load_tr_dwords with b[m] built from 128-bit loads paired into 256-bit halves (vinserti128
+ * with a memory operand) and one 512-bit insert, instead of four merge-masked broadcasts:
+ * the same z. Where the 16 rows are in L1 (the narrow rows of fill_rows_narrow, the whole
+ * planes of fill_plane_vbmi) that is 0.96-0.98x the time of MobileNetV2's layers of 24x24
+ * and less; on rows of 48 and 112 bytes read from L2 (fill_row_quads, its first layers)
+ * it measured 1.02-1.07x, not understood, so those keep the broadcasts. */
+static inline void load_tr_dwords_ins(__m512i z[4], const int8_t *src, size_t cstride) {
+    __m512i b[4];
+    __m512i t0, t1, t2, t3;
+    int m;
+    for (m = 0; m < 4; ++m) { /* lane k of b[m]: channel 4k + m */
+        const int8_t *q = src + (size_t)m * cstride;
+        const __m256i e0 = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)q)),
+            _mm_loadu_si128((const __m128i *)(q + 4 * cstride)), 1);
+        const __m256i e1 = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(q + 8 * cstride))),
+            _mm_loadu_si128((const __m128i *)(q + 12 * cstride)), 1);
+        b[m] = _mm512_inserti64x4(_mm512_castsi256_si512(e0), e1, 1);
+    }
+    t0 = _mm512_unpacklo_epi32(b[0], b[1]); /* as load_tr_dwords */
+    t1 = _mm512_unpackhi_epi32(b[0], b[1]);
+    t2 = _mm512_unpacklo_epi32(b[2], b[3]);
+    t3 = _mm512_unpackhi_epi32(b[2], b[3]);
+    z[0] = _mm512_unpacklo_epi64(t0, t2);
+    z[1] = _mm512_unpackhi_epi64(t0, t2);
+    z[2] = _mm512_unpacklo_epi64(t1, t3);
+    z[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
 /* One padded row into a ring slot when DW = 1: column j is bytes j .. j+3 of the padded row
  * (+ 128), input bytes o .. o+3 with o = j - lo. The input row is transposed in 16-column
  * chunks into dwords (input bytes 4g .. 4g+3 of the chunk, one dword transpose per chunk,
@@ -369,7 +400,7 @@ ES_NOINLINE static void fill_rows_narrow(const dw_scratch *s, const int8_t *src,
     int g, b, j, c, nd = 0;
     for (c = 0; 16 * c < nf; ++c, nd += 4) {
         if (nc == 16 && 16 * c + 16 <= nf) {
-            load_tr_dwords(zz + 1 + nd, src + 16 * c, cstride);
+            load_tr_dwords_ins(zz + 1 + nd, src + 16 * c, cstride);
         } else {
             load_rows(a, src, cstride, nc, 16 * c, 0, nf, zp8);
             tr_dwords(a, zz + 1 + nd);
@@ -438,7 +469,7 @@ ES_NOINLINE static void fill_plane_vbmi(unsigned char *ring, const int8_t *src, 
                                    : zp);
     for (k = 0; k < 4; ++k) {
         if (k < nk) {
-            load_tr_dwords(d + 4 * k, pl + 16 * k, 64);
+            load_tr_dwords_ins(d + 4 * k, pl + 16 * k, 64);
             for (g = 4 * k; g < 4 * k + 4; ++g) d[g] = _mm512_xor_si512(d[g], flip);
         } else {
             d[4 * k] = d[4 * k + 1] = d[4 * k + 2] = d[4 * k + 3] = _mm512_xor_si512(zp, flip);
