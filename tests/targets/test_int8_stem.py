@@ -1,7 +1,7 @@
 """The int8 stem kernel (es_conv2d_i8_stem: few input channels, whole patches packed four
 taps to a word) is bit-identical to the portable reference kernel on odd shapes, in its
-portable, AVX2, AVX-512 VNNI (with and without VBMI2) and aarch64 (qemu) builds, stays inside the scratch its size
-formula promises, and is what a VNNI build of a network's RGB stem runs."""
+portable, AVX2, AVX-512 VNNI (with and without VBMI2) and aarch64 (qemu) builds, stays inside
+the scratch its size formula promises, and is what a VNNI build of a network's RGB stem runs."""
 
 from __future__ import annotations
 
