@@ -241,6 +241,7 @@ static void dwl_run(const float *s, const float *wl, const float *bl, float *t, 
     }
 }
 
+#if !defined(__AVX512F__)
 /* the 16 channels of block c0 (nc of them real) into the interior of xp, and their
  * weights and biases into wl [tap][16] and bl [16] */
 static void dwl_block_in(const float *x, const float *w, const float *b, int c0, int nc,
@@ -260,6 +261,75 @@ static void dwl_block_in(const float *x, const float *w, const float *b, int c0,
         }
     }
 }
+#endif
+
+#if defined(__AVX512F__)
+/* ---- AVX-512: in and out of the lanes by 16 x 16 transposes ------------------------------
+ * A channel's plane is contiguous, so 16 pixels of 16 channels are 16 loads, and one
+ * transpose in registers (as XNNPACK's x32-transposec kernels do) turns them into 16 pixel
+ * vectors of 16 channels; the scalar strided copies this replaces moved one float per load
+ * and store, and cost more than the multiplies on 7 x 7 and smaller planes. */
+ES_DW_INLINE void dwl_t16(__m512 r[16]) {
+    __m512 t[16];
+    int k, m;
+    for (k = 0; k < 16; k += 2) { /* lane j of 128-bit quarter q: pairs of rows */
+        t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
+        t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
+    }
+    for (k = 0; k < 16; k += 4) { /* r[k + m], quarter q: column 4q + m of rows k..k+3 */
+        r[k] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[k]), _mm512_castps_pd(t[k + 2])));
+        r[k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[k]), _mm512_castps_pd(t[k + 2])));
+        r[k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[k + 1]), _mm512_castps_pd(t[k + 3])));
+        r[k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[k + 1]), _mm512_castps_pd(t[k + 3])));
+    }
+    for (m = 0; m < 4; ++m) { /* gather the quarters: column m, 4 + m, 8 + m, 12 + m */
+        const __m512 a = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x88);
+        const __m512 bq = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xdd);
+        const __m512 c = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x88);
+        const __m512 d = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xdd);
+        t[m] = _mm512_shuffle_f32x4(a, c, 0x88);
+        t[8 + m] = _mm512_shuffle_f32x4(a, c, 0xdd);
+        t[4 + m] = _mm512_shuffle_f32x4(bq, d, 0x88);
+        t[12 + m] = _mm512_shuffle_f32x4(bq, d, 0xdd);
+    }
+    for (k = 0; k < 16; ++k) r[k] = t[k];
+}
+
+/* the input planes of channels c0..c0+nc-1 into the interior of xp, 16 pixels at a time
+ * (lanes past nc get zeros); pixels past the padded plane (rows, cols) are not read */
+static void dwl_in16(const float *x, int c0, int nc, float *xp, int Hp, int Wp,
+                     const es_conv_params *p) {
+    const int W = p->W, n = p->H * W;
+    const int rows = p->H < Hp - p->PT ? p->H : Hp - p->PT;
+    const int cols = W < Wp - p->PL ? W : Wp - p->PL;
+    __m512 r[16];
+    int i0, j, l, ih = 0, iw = 0;
+    for (i0 = 0; i0 < n; i0 += 16) {
+        const int m = n - i0 < 16 ? n - i0 : 16;
+        const __mmask16 k = (__mmask16)((1u << m) - 1u);
+        for (l = 0; l < 16; ++l)
+            r[l] = l < nc ? _mm512_maskz_loadu_ps(k, x + (size_t)(c0 + l) * n + i0)
+                          : _mm512_setzero_ps();
+        dwl_t16(r);
+        for (j = 0; j < m; ++j) {
+            if (ih < rows && iw < cols)
+                _mm512_storeu_ps(xp + ((size_t)(ih + p->PT) * Wp + (size_t)(iw + p->PL)) * ES_DWL,
+                                 r[j]);
+            if (++iw == W) iw = 0, ++ih;
+        }
+    }
+}
+
+/* m <= 16 finished pixels [m][16] at flat output index o0 back to the nc channel planes */
+static void dwl_out16(const float *t, float *y, int c0, int nc, int P, int o0, int m) {
+    const __mmask16 k = (__mmask16)((1u << m) - 1u);
+    __m512 r[16];
+    int j, l;
+    for (j = 0; j < 16; ++j) r[j] = j < m ? _mm512_loadu_ps(t + j * ES_DWL) : _mm512_setzero_ps();
+    dwl_t16(r);
+    for (l = 0; l < nc; ++l) _mm512_mask_storeu_ps(y + (size_t)(c0 + l) * P + o0, k, r[l]);
+}
+#endif
 
 static void dw_lanes(const float *x, const float *w, const float *b, float *scratch, float *y,
                      const es_conv_params *p) {
@@ -273,6 +343,33 @@ static void dw_lanes(const float *x, const float *w, const float *b, float *scra
     memset(wl, 0, sizeof(float) * (size_t)(ksz + 1) * ES_DWL);
     for (c0 = 0; c0 < p->C; c0 += ES_DWL) {
         const int nc = p->C - c0 < ES_DWL ? p->C - c0 : ES_DWL;
+#if defined(__AVX512F__)
+        /* finished pixels collect in tb (16 for a transpose, plus a run of ES_DWL_NP that
+         * crossed the 16th) and go out 16 at a time over the flat output index */
+        float tb[(16 + ES_DWL_NP) * ES_DWL];
+        int fill = 0, o0 = 0;
+        for (l = 0; l < nc; ++l) {
+            int t;
+            for (t = 0; t < ksz; ++t) wl[t * ES_DWL + l] = w[(size_t)(c0 + l) * ksz + t];
+            bl[l] = b[c0 + l];
+        }
+        dwl_in16(x, c0, nc, xp, Hp, Wp, p);
+        for (oh = 0; oh < OH; ++oh) {
+            const float *s = xp + (size_t)oh * p->SH * Wp * ES_DWL;
+            for (ow = 0; ow < OW; ow += ES_DWL_NP) {
+                const int np = OW - ow < ES_DWL_NP ? OW - ow : ES_DWL_NP;
+                dwl_run(s + (size_t)ow * p->SW * ES_DWL, wl, bl, tb + fill * ES_DWL, Wp, p, np);
+                fill += np;
+                if (fill >= 16) {
+                    dwl_out16(tb, y, c0, nc, P, o0, 16);
+                    fill -= 16, o0 += 16;
+                    memcpy(tb, tb + 16 * ES_DWL, sizeof(float) * (size_t)fill * ES_DWL);
+                }
+            }
+        }
+        if (fill) dwl_out16(tb, y, c0, nc, P, o0, fill);
+        (void)row;
+#else
         dwl_block_in(x, w, b, c0, nc, xp, wl, bl, Hp, Wp, p);
         for (oh = 0; oh < OH; ++oh) {
             const float *s = xp + (size_t)oh * p->SH * Wp * ES_DWL;
@@ -284,6 +381,7 @@ static void dw_lanes(const float *x, const float *w, const float *b, float *scra
                 for (ow = 0; ow < OW; ++ow) yr[ow] = row[ow * ES_DWL + l];
             }
         }
+#endif
     }
 }
 
