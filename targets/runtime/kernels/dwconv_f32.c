@@ -295,26 +295,24 @@ ES_DW_INLINE void dwl_t16(__m512 r[16]) {
     for (k = 0; k < 16; ++k) r[k] = t[k];
 }
 
-/* the input planes of channels c0..c0+nc-1 into the interior of xp, 16 pixels at a time
- * (lanes past nc get zeros); pixels past the padded plane (rows, cols) are not read */
-static void dwl_in16(const float *x, int c0, int nc, float *xp, int Hp, int Wp,
-                     const es_conv_params *p) {
-    const int W = p->W, n = p->H * W;
-    const int rows = p->H < Hp - p->PT ? p->H : Hp - p->PT;
-    const int cols = W < Wp - p->PL ? W : Wp - p->PL;
+/* nc channels of H x W floats each (channel l at x + l H W) into [Hd][Wd][16] from row PT,
+ * column PL, 16 pixels at a time (lanes past nc get zeros); pixels past rows, cols (the
+ * padded plane's end) are not stored. The input planes and the [tap][16] weights. */
+static void dwl_in16(const float *x, int nc, int H, int W, float *xp, int rows, int cols,
+                     int Wd, int PT, int PL) {
+    const int n = H * W;
     __m512 r[16];
     int i0, j, l, ih = 0, iw = 0;
     for (i0 = 0; i0 < n; i0 += 16) {
         const int m = n - i0 < 16 ? n - i0 : 16;
         const __mmask16 k = (__mmask16)((1u << m) - 1u);
         for (l = 0; l < 16; ++l)
-            r[l] = l < nc ? _mm512_maskz_loadu_ps(k, x + (size_t)(c0 + l) * n + i0)
+            r[l] = l < nc ? _mm512_maskz_loadu_ps(k, x + (size_t)l * n + i0)
                           : _mm512_setzero_ps();
         dwl_t16(r);
         for (j = 0; j < m; ++j) {
             if (ih < rows && iw < cols)
-                _mm512_storeu_ps(xp + ((size_t)(ih + p->PT) * Wp + (size_t)(iw + p->PL)) * ES_DWL,
-                                 r[j]);
+                _mm512_storeu_ps(xp + ((size_t)(ih + PT) * Wd + (size_t)(iw + PL)) * ES_DWL, r[j]);
             if (++iw == W) iw = 0, ++ih;
         }
     }
@@ -338,7 +336,7 @@ static void dw_lanes(const float *x, const float *w, const float *b, float *scra
     const int Wp = (OW - 1) * p->SW + (KW - 1) * p->DW + 1;
     float *xp = scratch, *row = xp + (size_t)Hp * Wp * ES_DWL, *wl = row + (size_t)OW * ES_DWL;
     float *bl = wl + (size_t)ksz * ES_DWL;
-    int c0, l, oh, ow;
+    int c0, oh, ow;
     memset(xp, 0, sizeof(float) * (size_t)Hp * Wp * ES_DWL);
     memset(wl, 0, sizeof(float) * (size_t)(ksz + 1) * ES_DWL);
     for (c0 = 0; c0 < p->C; c0 += ES_DWL) {
@@ -348,12 +346,11 @@ static void dw_lanes(const float *x, const float *w, const float *b, float *scra
          * crossed the 16th) and go out 16 at a time over the flat output index */
         float tb[(16 + ES_DWL_NP) * ES_DWL];
         int fill = 0, o0 = 0;
-        for (l = 0; l < nc; ++l) {
-            int t;
-            for (t = 0; t < ksz; ++t) wl[t * ES_DWL + l] = w[(size_t)(c0 + l) * ksz + t];
-            bl[l] = b[c0 + l];
-        }
-        dwl_in16(x, c0, nc, xp, Hp, Wp, p);
+        dwl_in16(w + (size_t)c0 * ksz, nc, 1, ksz, wl, 1, ksz, ksz, 0, 0);
+        _mm512_storeu_ps(bl, _mm512_maskz_loadu_ps((__mmask16)((1u << nc) - 1u), b + c0));
+        dwl_in16(x + (size_t)c0 * p->H * p->W, nc, p->H, p->W, xp,
+                 p->H < Hp - p->PT ? p->H : Hp - p->PT, p->W < Wp - p->PL ? p->W : Wp - p->PL,
+                 Wp, p->PT, p->PL);
         for (oh = 0; oh < OH; ++oh) {
             const float *s = xp + (size_t)oh * p->SH * Wp * ES_DWL;
             for (ow = 0; ow < OW; ow += ES_DWL_NP) {
@@ -370,6 +367,7 @@ static void dw_lanes(const float *x, const float *w, const float *b, float *scra
         if (fill) dwl_out16(tb, y, c0, nc, P, o0, fill);
         (void)row;
 #else
+        int l;
         dwl_block_in(x, w, b, c0, nc, xp, wl, bl, Hp, Wp, p);
         for (oh = 0; oh < OH; ++oh) {
             const float *s = xp + (size_t)oh * p->SH * Wp * ES_DWL;
