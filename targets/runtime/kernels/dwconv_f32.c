@@ -241,7 +241,7 @@ static void dwl_run(const float *s, const float *wl, const float *bl, float *t, 
     }
 }
 
-#if !defined(__AVX512F__)
+#if !defined(__AVX512F__) && !(defined(__AVX2__) && defined(__FMA__))
 /* the 16 channels of block c0 (nc of them real) into the interior of xp, and their
  * weights and biases into wl [tap][16] and bl [16] */
 static void dwl_block_in(const float *x, const float *w, const float *b, int c0, int nc,
@@ -263,12 +263,16 @@ static void dwl_block_in(const float *x, const float *w, const float *b, int c0,
 }
 #endif
 
-#if defined(__AVX512F__)
-/* ---- AVX-512: in and out of the lanes by 16 x 16 transposes ------------------------------
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#define ES_DWL_TRANSPOSED 1
+/* ---- in and out of the lanes by in-register transposes (AVX-512 16 x 16, AVX2 8 x 8) ------
  * A channel's plane is contiguous, so 16 pixels of 16 channels are 16 loads, and one
  * transpose in registers (as XNNPACK's x32-transposec kernels do) turns them into 16 pixel
  * vectors of 16 channels; the scalar strided copies this replaces moved one float per load
- * and store, and cost more than the multiplies on 7 x 7 and smaller planes. */
+ * and store, and cost more than the multiplies on 7 x 7 and smaller planes. AVX2 does the
+ * same 8 pixels at a time, each half of the 16 channels by an 8 x 8 transpose. */
+#if defined(__AVX512F__)
+#define ES_DWL_TP 16 /* pixels per transpose */
 ES_DW_INLINE void dwl_t16(__m512 r[16]) {
     __m512 t[16];
     int k, m;
@@ -298,7 +302,7 @@ ES_DW_INLINE void dwl_t16(__m512 r[16]) {
 /* nc channels of H x W floats each (channel l at x + l H W) into [Hd][Wd][16] from row PT,
  * column PL, 16 pixels at a time (lanes past nc get zeros); pixels past rows, cols (the
  * padded plane's end) are not stored. The input planes and the [tap][16] weights. */
-static void dwl_in16(const float *x, int nc, int H, int W, float *xp, int rows, int cols,
+static void dwl_in(const float *x, int nc, int H, int W, float *xp, int rows, int cols,
                      int Wd, int PT, int PL) {
     const int n = H * W;
     __m512 r[16];
@@ -318,8 +322,13 @@ static void dwl_in16(const float *x, int nc, int H, int W, float *xp, int rows, 
     }
 }
 
+/* the nc biases of a block into bl[16], zeros past nc */
+static inline void dwl_bias(float *bl, const float *b, int nc) {
+    _mm512_storeu_ps(bl, _mm512_maskz_loadu_ps((__mmask16)((1u << nc) - 1u), b));
+}
+
 /* m <= 16 finished pixels [m][16] at flat output index o0 back to the nc channel planes */
-static void dwl_out16(const float *t, float *y, int c0, int nc, int P, int o0, int m) {
+static void dwl_out(const float *t, float *y, int c0, int nc, int P, int o0, int m) {
     const __mmask16 k = (__mmask16)((1u << m) - 1u);
     __m512 r[16];
     int j, l;
@@ -327,6 +336,75 @@ static void dwl_out16(const float *t, float *y, int c0, int nc, int P, int o0, i
     dwl_t16(r);
     for (l = 0; l < nc; ++l) _mm512_mask_storeu_ps(y + (size_t)(c0 + l) * P + o0, k, r[l]);
 }
+#else
+#define ES_DWL_TP 8 /* pixels per transpose */
+ES_DW_INLINE void dwl_t8(__m256 r[8]) {
+    __m256 t[8];
+    int k;
+    for (k = 0; k < 8; k += 2) {
+        t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
+        t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
+    }
+    for (k = 0; k < 8; k += 4) { /* r[k + m], half h: column 4h + m of rows k..k+3 */
+        r[k] = _mm256_shuffle_ps(t[k], t[k + 2], 0x44);
+        r[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], 0xee);
+        r[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0x44);
+        r[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0xee);
+    }
+    for (k = 0; k < 4; ++k) {
+        t[k] = _mm256_permute2f128_ps(r[k], r[k + 4], 0x20);
+        t[k + 4] = _mm256_permute2f128_ps(r[k], r[k + 4], 0x31);
+    }
+    for (k = 0; k < 8; ++k) r[k] = t[k];
+}
+
+static inline __m256i dwl_mask8(int m) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+static void dwl_in(const float *x, int nc, int H, int W, float *xp, int rows, int cols,
+                   int Wd, int PT, int PL) {
+    const int n = H * W;
+    __m256 r[2][8];
+    int i0, j, l, v, ih = 0, iw = 0;
+    for (i0 = 0; i0 < n; i0 += 8) {
+        const int m = n - i0 < 8 ? n - i0 : 8;
+        const __m256i k = dwl_mask8(m);
+        for (v = 0; v < 2; ++v) {
+            for (l = 0; l < 8; ++l)
+                r[v][l] = v * 8 + l < nc ? _mm256_maskload_ps(x + (size_t)(v * 8 + l) * n + i0, k)
+                                         : _mm256_setzero_ps();
+            dwl_t8(r[v]);
+        }
+        for (j = 0; j < m; ++j) {
+            if (ih < rows && iw < cols) {
+                float *d = xp + ((size_t)(ih + PT) * Wd + (size_t)(iw + PL)) * ES_DWL;
+                _mm256_storeu_ps(d, r[0][j]);
+                _mm256_storeu_ps(d + 8, r[1][j]);
+            }
+            if (++iw == W) iw = 0, ++ih;
+        }
+    }
+}
+
+static inline void dwl_bias(float *bl, const float *b, int nc) {
+    _mm256_storeu_ps(bl, _mm256_maskload_ps(b, dwl_mask8(nc)));
+    _mm256_storeu_ps(bl + 8, _mm256_maskload_ps(b + 8, dwl_mask8(nc - 8)));
+}
+
+static void dwl_out(const float *t, float *y, int c0, int nc, int P, int o0, int m) {
+    const __m256i k = dwl_mask8(m);
+    __m256 r[8];
+    int j, l, v;
+    for (v = 0; v < 2; ++v) {
+        for (j = 0; j < 8; ++j)
+            r[j] = j < m ? _mm256_loadu_ps(t + j * ES_DWL + v * 8) : _mm256_setzero_ps();
+        dwl_t8(r);
+        for (l = 0; l < 8 && v * 8 + l < nc; ++l)
+            _mm256_maskstore_ps(y + (size_t)(c0 + v * 8 + l) * P + o0, k, r[l]);
+    }
+}
+#endif
 #endif
 
 static void dw_lanes(const float *x, const float *w, const float *b, float *scratch, float *y,
@@ -341,14 +419,14 @@ static void dw_lanes(const float *x, const float *w, const float *b, float *scra
     memset(wl, 0, sizeof(float) * (size_t)(ksz + 1) * ES_DWL);
     for (c0 = 0; c0 < p->C; c0 += ES_DWL) {
         const int nc = p->C - c0 < ES_DWL ? p->C - c0 : ES_DWL;
-#if defined(__AVX512F__)
-        /* finished pixels collect in tb (16 for a transpose, plus a run of ES_DWL_NP that
-         * crossed the 16th) and go out 16 at a time over the flat output index */
-        float tb[(16 + ES_DWL_NP) * ES_DWL];
+#if defined(ES_DWL_TRANSPOSED)
+        /* finished pixels collect in tb (ES_DWL_TP for a transpose, plus a run of ES_DWL_NP that
+         * crossed the last) and go out ES_DWL_TP at a time over the flat output index */
+        float tb[(ES_DWL_TP + ES_DWL_NP) * ES_DWL];
         int fill = 0, o0 = 0;
-        dwl_in16(w + (size_t)c0 * ksz, nc, 1, ksz, wl, 1, ksz, ksz, 0, 0);
-        _mm512_storeu_ps(bl, _mm512_maskz_loadu_ps((__mmask16)((1u << nc) - 1u), b + c0));
-        dwl_in16(x + (size_t)c0 * p->H * p->W, nc, p->H, p->W, xp,
+        dwl_in(w + (size_t)c0 * ksz, nc, 1, ksz, wl, 1, ksz, ksz, 0, 0);
+        dwl_bias(bl, b + c0, nc);
+        dwl_in(x + (size_t)c0 * p->H * p->W, nc, p->H, p->W, xp,
                  p->H < Hp - p->PT ? p->H : Hp - p->PT, p->W < Wp - p->PL ? p->W : Wp - p->PL,
                  Wp, p->PT, p->PL);
         for (oh = 0; oh < OH; ++oh) {
@@ -357,14 +435,14 @@ static void dw_lanes(const float *x, const float *w, const float *b, float *scra
                 const int np = OW - ow < ES_DWL_NP ? OW - ow : ES_DWL_NP;
                 dwl_run(s + (size_t)ow * p->SW * ES_DWL, wl, bl, tb + fill * ES_DWL, Wp, p, np);
                 fill += np;
-                if (fill >= 16) {
-                    dwl_out16(tb, y, c0, nc, P, o0, 16);
-                    fill -= 16, o0 += 16;
-                    memcpy(tb, tb + 16 * ES_DWL, sizeof(float) * (size_t)fill * ES_DWL);
+                if (fill >= ES_DWL_TP) {
+                    dwl_out(tb, y, c0, nc, P, o0, ES_DWL_TP);
+                    fill -= ES_DWL_TP, o0 += ES_DWL_TP;
+                    memcpy(tb, tb + ES_DWL_TP * ES_DWL, sizeof(float) * (size_t)fill * ES_DWL);
                 }
             }
         }
-        if (fill) dwl_out16(tb, y, c0, nc, P, o0, fill);
+        if (fill) dwl_out(tb, y, c0, nc, P, o0, fill);
         (void)row;
 #else
         int l;
