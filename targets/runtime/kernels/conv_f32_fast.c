@@ -301,7 +301,8 @@ static void mk_f32_block(const float *col, const int32_t *off, int K, const floa
 /* Bigger planes with a long K: ResNet's 3x3 at 14 x 14 runs 224 grid cells for 196
  * outputs on the pixel path (1/8 of its FMAs wasted), at 28 x 28 848 for 784, and none
  * here. A chunk's scalar transpose out of the tile costs about ES_CL_CH NP moves against
- * its K ES_CL_CH NP / 16 FMAs, so a short K loses. Kernel alone, thread CPU time, p50 of
+ * its K ES_CL_CH NP / 16 FMAs, so a short K loses (measured so; AVX-512 now transposes in
+ * registers, tile_out). Kernel alone, thread CPU time, p50 of
  * 7-11 alternating rounds, load 1.7-6.5, this path over the pixel path: 3x3 256 -> 256 at
  * 14 x 14 0.86-0.87x, 3x3 128 -> 256 stride 2 (14 x 14) 0.90-0.92x, 1x1 384 -> 64 at
  * 14 x 14 0.88-0.91x, 3x3 128 -> 128 at 28 x 28 0.92-0.95x; at K 96 and 128 (1x1 96 -> 576,
@@ -446,6 +447,92 @@ static void cl_tile(const float *col, const int32_t *off, const int *g, int K,
     }
 }
 
+/* ---- out of the tile: channel r < nr of a chunk's np pixels (t[j ES_CL_CH + r]) to y + r ys
+ * Copied one value at a time that is ES_CL_CH np moves per chunk against the chunk's
+ * K ES_CL_CH np / 16 FMAs: about 15 % at K 64-96. AVX-512 transposes 8 pixels x 16 channels
+ * in registers instead (cl_store16). The tile stays: storing from the accumulators inside
+ * cl_tile_n changed how GCC allocates the K loop's registers, and the 9-pixel tiles ran 3-4 %
+ * slower over the whole K (1x1 960 -> 160 on 3 x 3). */
+static void tile_copy(const float *t, int np, int nr, float *y, size_t ys) {
+    int r, j;
+    for (r = 0; r < nr; ++r)
+        for (j = 0; j < np; ++j) y[r * ys + j] = t[j * ES_CL_CH + r];
+}
+
+#if defined(__AVX512F__)
+/* v[j], j < np <= 9: 16 channels of pixel j; channel r < nr to y + r ys. Two in-lane shuffle
+ * stages leave in 128-bit lane l of q[c][h] channel 4 l + c of pixels 4 h .. 4 h + 3; a
+ * two-source permute pairs the lanes of h = 0 and 1 into channels c and 4 + c (lo), 8 + c
+ * and 12 + c (hi), 8 pixels each; a masked store writes a row's np pixels and no further
+ * (the next row's first pixels are already out). Pixel 8 is scattered: read back from the
+ * tile one float at a time, the loads wait on the tile's 64-byte stores, which undid the
+ * gain on 9-pixel chunks (4 % slower than the plain copy on 6 x 6). */
+ES_ALWAYS_INLINE void cl_store16(const __m512 *v, const int np, int nr, float *y, size_t ys) {
+    const __m512i lo_idx = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19,
+                                             4, 5, 6, 7, 20, 21, 22, 23);
+    const __m512i hi_idx = _mm512_add_epi32(lo_idx, _mm512_set1_epi32(8));
+    const __mmask16 m = (__mmask16)((1u << (np < 8 ? np : 8)) - 1);
+    __m512 x[8], s[8], q[4][2];
+    int j, c, h;
+    for (j = 0; j < 8; ++j) x[j] = j < np ? v[j] : _mm512_setzero_ps();
+    for (j = 0; j < 4; ++j) {
+        s[2 * j] = _mm512_unpacklo_ps(x[2 * j], x[2 * j + 1]);
+        s[2 * j + 1] = _mm512_unpackhi_ps(x[2 * j], x[2 * j + 1]);
+    }
+    for (h = 0; h < 2; ++h) {
+        q[0][h] = _mm512_shuffle_ps(s[4 * h], s[4 * h + 2], 0x44);
+        q[1][h] = _mm512_shuffle_ps(s[4 * h], s[4 * h + 2], 0xEE);
+        q[2][h] = _mm512_shuffle_ps(s[4 * h + 1], s[4 * h + 3], 0x44);
+        q[3][h] = _mm512_shuffle_ps(s[4 * h + 1], s[4 * h + 3], 0xEE);
+    }
+    for (c = 0; c < 4; ++c) {
+        const __m512 lo = _mm512_permutex2var_ps(q[c][0], lo_idx, q[c][1]);
+        const __m512 hi = _mm512_permutex2var_ps(q[c][0], hi_idx, q[c][1]);
+        if (c < nr) _mm512_mask_storeu_ps(y + c * ys, m, lo);
+        if (4 + c < nr)
+            _mm512_mask_storeu_ps(y + (4 + c) * ys, m, _mm512_shuffle_f32x4(lo, lo, 0x4E));
+        if (8 + c < nr) _mm512_mask_storeu_ps(y + (8 + c) * ys, m, hi);
+        if (12 + c < nr)
+            _mm512_mask_storeu_ps(y + (12 + c) * ys, m, _mm512_shuffle_f32x4(hi, hi, 0x4E));
+    }
+    if (np > 8) {
+        const __m512i rows = _mm512_mullo_epi32(
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+            _mm512_set1_epi32((int)ys));
+        _mm512_mask_i32scatter_ps(y + 8, (__mmask16)(nr >= 16 ? 0xFFFF : (1u << nr) - 1), rows,
+                                  v[8], 4);
+    }
+}
+
+ES_ALWAYS_INLINE void tile_out_n(const float *t, const int np, int nr, float *y, size_t ys) {
+    __m512 v0[ES_CL_NP], v1[ES_CL_NP];
+    int j;
+    for (j = 0; j < np; ++j) {
+        v0[j] = _mm512_loadu_ps(t + j * ES_CL_CH);
+        v1[j] = _mm512_loadu_ps(t + j * ES_CL_CH + 16);
+    }
+    cl_store16(v0, np, nr, y, ys);
+    if (nr > 16) cl_store16(v1, np, nr - 16, y + 16 * ys, ys);
+}
+
+/* np a constant in each case; 1 or 2 pixels (squeeze-excite 1x1 on 1 x 1) would transpose
+ * mostly zeros, and copy */
+static void tile_out(const float *t, int np, int nr, float *y, size_t ys) {
+    switch (np) {
+    case 9: tile_out_n(t, 9, nr, y, ys); break;
+    case 8: tile_out_n(t, 8, nr, y, ys); break;
+    case 7: tile_out_n(t, 7, nr, y, ys); break;
+    case 6: tile_out_n(t, 6, nr, y, ys); break;
+    case 5: tile_out_n(t, 5, nr, y, ys); break;
+    case 4: tile_out_n(t, 4, nr, y, ys); break;
+    case 3: tile_out_n(t, 3, nr, y, ys); break;
+    default: tile_copy(t, np, nr, y, ys); break;
+    }
+}
+#else
+#define tile_out tile_copy
+#endif
+
 /* the cells the pixel path computes on a grid of n: tiles of 32, the last one 16 wide when
  * that is enough */
 static int pixel_cells(int n) {
@@ -482,8 +569,7 @@ static void gemm_cl(const float *col, const int32_t *off, int K, const float *wp
             int g[ES_CL_NP];
             for (j = 0; j < np; ++j) g[j] = (p0 + j) / OW * WQ + (p0 + j) % OW;
             cl_tile(col, off, g, K, wb, bb, t, np, p);
-            for (r = 0; r < nr; ++r)
-                for (j = 0; j < np; ++j) y[(size_t)(m0 + r) * P + p0 + j] = t[j * ES_CL_CH + r];
+            tile_out(t, np, nr, y + (size_t)m0 * P + p0, (size_t)P);
             p0 += np;
         }
     }
