@@ -151,9 +151,11 @@ static void dwf_taps(float *out, const float *const *src, const float *w, int nt
  * copies and row copies, cost more than its multiplies on 7 x 7 to 14 x 14 planes).
  * ES_DWL_NP pixels of an output row go at once, so each tap's weight vector is loaded once
  * for all of them (AVX-512: 8 pixels x one zmm; AVX2: 4 x two ymm; NEON: 4 x four q), the
- * activation is applied in registers, and each finished row of [OW][16] goes back to the
- * 16 channel planes. The padding is zeroed once per call: a block writes only the
- * interior, and lanes past the last channel compute values nobody reads. */
+ * activation is applied in registers, and the finished pixels go back to the 16 channel
+ * planes (AVX-512 and AVX2: by in-register transposes, below, which also bring the planes
+ * and weights in; NEON and portable: a row of [OW][16] at a time, by scalar copies; the
+ * row buffer in the scratch is theirs). The padding is zeroed once per call: a block
+ * writes only the interior, and lanes past the last channel compute values nobody reads. */
 #define ES_DWL 16
 
 #if defined(__AVX512F__)
