@@ -202,16 +202,17 @@ typedef float dwl_v; /* portable: one channel per "vector" */
 /* t[j][16] = act(bias + sum over taps of w[tap] s[tap]) for the NP pixels j of a row that
  * start at s (xp at the first pixel's top-left tap); pixel j's taps are s + j SW 16 */
 ES_DW_INLINE void dwl_pixels(const float *s, const float *wl, const float *bl, float *t,
-                             int Wp, const es_conv_params *p, const int NP) {
+                             int Wp, const es_conv_params *p, const int NP, const int KH,
+                             const int KW) {
     dwl_v acc[ES_DWL_NP][ES_DWL_NV];
     const size_t sx = (size_t)p->SW * ES_DWL;
     int j, v, kh, kw;
     for (j = 0; j < NP; ++j)
         for (v = 0; v < ES_DWL_NV; ++v) acc[j][v] = DWL_LOAD(bl + v * ES_DWL_VL);
-    for (kh = 0; kh < p->KH; ++kh)
-        for (kw = 0; kw < p->KW; ++kw) {
+    for (kh = 0; kh < KH; ++kh)
+        for (kw = 0; kw < KW; ++kw) {
             const float *sk = s + ((size_t)kh * p->DH * Wp + (size_t)kw * p->DW) * ES_DWL;
-            const float *wt = wl + (size_t)(kh * p->KW + kw) * ES_DWL;
+            const float *wt = wl + (size_t)(kh * KW + kw) * ES_DWL;
             dwl_v wv[ES_DWL_NV];
             for (v = 0; v < ES_DWL_NV; ++v) wv[v] = DWL_LOAD(wt + v * ES_DWL_VL);
             for (j = 0; j < NP; ++j)
@@ -225,22 +226,32 @@ ES_DW_INLINE void dwl_pixels(const float *s, const float *wl, const float *bl, f
 
 /* np <= ES_DWL_NP pixels, np a constant in each case so the accumulators are registers
  * (a row of 7 run one pixel at a time waited on one FMA chain per tap) */
-static void dwl_run(const float *s, const float *wl, const float *bl, float *t, int Wp,
-                    const es_conv_params *p, int np) {
+ES_DW_INLINE void dwl_run_k(const float *s, const float *wl, const float *bl, float *t, int Wp,
+                    const es_conv_params *p, int np, const int KH, const int KW) {
     switch (np) {
 #if ES_DWL_NP > 4
-    case 8: dwl_pixels(s, wl, bl, t, Wp, p, 8); break;
-    case 7: dwl_pixels(s, wl, bl, t, Wp, p, 7); break;
-    case 6: dwl_pixels(s, wl, bl, t, Wp, p, 6); break;
-    case 5: dwl_pixels(s, wl, bl, t, Wp, p, 5); break;
+    case 8: dwl_pixels(s, wl, bl, t, Wp, p, 8, KH, KW); break;
+    case 7: dwl_pixels(s, wl, bl, t, Wp, p, 7, KH, KW); break;
+    case 6: dwl_pixels(s, wl, bl, t, Wp, p, 6, KH, KW); break;
+    case 5: dwl_pixels(s, wl, bl, t, Wp, p, 5, KH, KW); break;
 #endif
 #if ES_DWL_NP > 2
-    case 4: dwl_pixels(s, wl, bl, t, Wp, p, 4); break;
-    case 3: dwl_pixels(s, wl, bl, t, Wp, p, 3); break;
+    case 4: dwl_pixels(s, wl, bl, t, Wp, p, 4, KH, KW); break;
+    case 3: dwl_pixels(s, wl, bl, t, Wp, p, 3, KH, KW); break;
 #endif
-    case 2: dwl_pixels(s, wl, bl, t, Wp, p, 2); break;
-    default: dwl_pixels(s, wl, bl, t, Wp, p, 1); break;
+    case 2: dwl_pixels(s, wl, bl, t, Wp, p, 2, KH, KW); break;
+    default: dwl_pixels(s, wl, bl, t, Wp, p, 1, KH, KW); break;
     }
+}
+
+/* 3 x 3 (the MobileNets' and most of EfficientNet's) with its taps fixed at compile time:
+ * the tap loops unroll and the source offsets fold into the loads */
+static void dwl_run(const float *s, const float *wl, const float *bl, float *t, int Wp,
+                    const es_conv_params *p, int np) {
+    if (p->KH == 3 && p->KW == 3)
+        dwl_run_k(s, wl, bl, t, Wp, p, np, 3, 3);
+    else
+        dwl_run_k(s, wl, bl, t, Wp, p, np, p->KH, p->KW);
 }
 
 #if !defined(__AVX512F__) && !(defined(__AVX2__) && defined(__FMA__))
