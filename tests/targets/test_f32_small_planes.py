@@ -1,11 +1,12 @@
 """The fp32 GEMM's small-plane path (gemm_cl in conv_f32_fast.c: output channels in the
 lanes, pixels broadcast, on planes of at most 64 outputs whose 16-pixel vectors would leave
 lanes empty, or of at most 1024 when K >= 256 and the pixel path would waste 1/20 of its
-cells) agrees with the reference kernel to 1e-5 of the output magnitude, for every
-chunk size the pixel split produces (1 to 9 pixels), channel counts that end inside a
-block of 8 and inside a group of 32, the in-place 1x1 path and the stride phases of a
-padded 3x3 / strided conv, portable / AVX2 / AVX-512 / aarch64 under qemu; and a model whose
-1x1 and 3x3 convs run on 3x3 and 7x7 planes agrees with onnxruntime."""
+cells, more than M rounded up to gemm_cl's channel groups would) agrees with the reference
+kernel to 1e-5 of the output magnitude, for every chunk size the pixel split produces (1 to
+9 pixels), channel counts that end inside a block of 8 and inside a group of 32, the
+in-place 1x1 path and the stride phases of a padded 3x3 / strided conv, portable / AVX2 /
+AVX-512 / aarch64 under qemu; and a model whose 1x1 and 3x3 convs run on 3x3 and 7x7 planes
+agrees with onnxruntime."""
 
 from __future__ import annotations
 
@@ -32,13 +33,15 @@ CASES = [
     [8, 6, 6, 20, 5, 5, 1, 1, 2, 2, 2, 2, 1, 5, 409, 2, 2],     # dilated 5x5, 4 pixels
     [96, 1, 1, 24, 1, 1, 1, 1, 0, 0, 1, 1, 1, 7, 410, 1, 1],    # squeeze-excite 1x1
     [12, 4, 4, 16, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 411, 4, 4],    # 16 pixels: the 16-pixel path
-    # bigger planes when K >= 256 (ResNet's 3x3 at 14 x 14): 196 = 20 x 9 + 2 x 8
-    [32, 14, 14, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 412, 14, 14],  # K 288, pad 1: grid WQ 16
-    [40, 27, 27, 20, 3, 3, 2, 2, 1, 1, 1, 1, 1, 2, 413, 14, 14],  # K 360, stride 2 phases
-    [300, 14, 14, 17, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 414, 14, 14],  # 196 in place, K 300
-    [32, 28, 28, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 3, 416, 28, 28],  # 784 of 848 cells, K 288
+    # bigger planes when K >= 256 (ResNet's 3x3 at 14 x 14): 196 = 20 x 9 + 2 x 8, and M
+    # rounded up to the channel group wastes less than the pixel path's 12 of 208 cells
+    [32, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 412, 14, 14],  # K 288, pad 1: grid WQ 16
+    [40, 27, 27, 32, 3, 3, 2, 2, 1, 1, 1, 1, 1, 2, 413, 14, 14],  # K 360, stride 2 phases
+    [300, 14, 14, 456, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 414, 14, 14],  # in place, M = 14 x 32 + 8
+    [32, 28, 28, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 3, 416, 28, 28],  # 784 of 848 cells, K 288
     [255, 14, 14, 17, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 415, 14, 14],  # K 255: the pixel path
     [300, 13, 13, 17, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 417, 13, 13],  # 169 of 176: pixel path
+    [288, 14, 14, 40, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 418, 14, 14],  # M 40 of 64: pixel path
 ]
 
 

@@ -540,12 +540,18 @@ static int pixel_cells(int n) {
     return n - r + (r == 0 ? 0 : r <= 16 ? 16 : ES_F32_TP);
 }
 
-/* whether a plane of P outputs on a grid of n cells, K long, goes to gemm_cl: small, and
- * 16-pixel vectors over the grid would leave lanes empty; or bigger, K long, and 1/20 of
- * the pixel path's cells would be wasted */
-static int use_cl(int P, int n, int K) {
+/* whether a plane of P outputs on a grid of n cells, K long, M channels, goes to gemm_cl:
+ * small, and 16-pixel vectors over the grid would leave lanes empty; or bigger, K long, 1/20
+ * of the pixel path's cells would be wasted, and a smaller share of gemm_cl's channel rows,
+ * M rounded up to ES_CL_CH. Kernel alone, thread CPU time, p50 of 9 alternating rounds, load
+ * 2.5, pixel path over gemm_cl at 14 x 14 (12 of 208 cells wasted): 1x1 480 -> 80 (16 of 96
+ * rows wasted) 0.90x, 672 -> 112 0.94x, 480 -> 112 0.94x, 288 -> 48 0.83x; whole groups of
+ * 32 stay with gemm_cl: 384 -> 64 1.09x, 576 -> 96 1.07x, 3x3 256 -> 256 1.12x. */
+static int use_cl(int P, int n, int K, int M) {
+    const int cells = pixel_cells(n), mc = (M + ES_CL_CH - 1) / ES_CL_CH * ES_CL_CH;
     if (P <= ES_F32_CL_P) return (n + 15) / 16 * 16 != P;
-    return P <= ES_F32_CL_PK && K >= ES_F32_CL_K && 20 * (pixel_cells(n) - P) >= pixel_cells(n);
+    return P <= ES_F32_CL_PK && K >= ES_F32_CL_K && 20 * (cells - P) >= cells &&
+           (mc - M) * cells < (cells - P) * mc;
 }
 
 /* y[m][o] for every m < M and output o < P, o = oh OW + ow read at grid cell oh WQ + ow of
@@ -628,7 +634,7 @@ static void gemm_direct(const float *x, const float *w, const float *b, float *s
         off[k] = k * P;
         off32[k] = k * ES_F32_TP;
     }
-    if (use_cl(P, P, K)) {
+    if (use_cl(P, P, K, p->M)) {
         gemm_cl(x, off, K, w, b, y, P, P, P, p);
         return;
     }
@@ -660,7 +666,7 @@ static void gemm_phases(const float *x, const float *w, const float *b, float *s
     memset(row, 0, sizeof(float) * (size_t)WQ * SW);
     for (c = 0; c < C; ++c)
         es_f32_phases(ph + (size_t)c * cs, row, x + (size_t)c * p->H * p->W, p, HQ, WQ, pq);
-    if (use_cl(P, n, K)) {
+    if (use_cl(P, n, K, p->M)) {
         gemm_cl(ph, off, K, w, b, y, P, OW, WQ, p);
         return;
     }
