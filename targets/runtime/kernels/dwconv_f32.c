@@ -152,9 +152,9 @@ static void dwf_taps(float *out, const float *const *src, const float *w, int nt
  * ES_DWL_NP pixels of an output row go at once, so each tap's weight vector is loaded once
  * for all of them (AVX-512: 8 pixels x one zmm; AVX2: 4 x two ymm; NEON: 4 x four q), the
  * activation is applied in registers, and the finished pixels go back to the 16 channel
- * planes (AVX-512 and AVX2: by in-register transposes, below, which also bring the planes
- * and weights in; NEON and portable: a row of [OW][16] at a time, by scalar copies; the
- * row buffer in the scratch is theirs). The padding is zeroed once per call: a block
+ * planes (AVX-512, AVX2 and NEON: by in-register transposes, below, which also bring the
+ * planes and weights in; portable: a row of [OW][16] at a time, by scalar copies; the row
+ * buffer in the scratch is its). The padding is zeroed once per call: a block
  * writes only the interior, and lanes past the last channel compute values nobody reads. */
 #define ES_DWL 16
 
@@ -254,7 +254,8 @@ static void dwl_run(const float *s, const float *wl, const float *bl, float *t, 
         dwl_run_k(s, wl, bl, t, Wp, p, np, p->KH, p->KW);
 }
 
-#if !defined(__AVX512F__) && !(defined(__AVX2__) && defined(__FMA__))
+#if !defined(__AVX512F__) && !(defined(__AVX2__) && defined(__FMA__)) && \
+    !(defined(__ARM_NEON) && defined(__aarch64__))
 /* the 16 channels of block c0 (nc of them real) into the interior of xp, and their
  * weights and biases into wl [tap][16] and bl [16] */
 static void dwl_block_in(const float *x, const float *w, const float *b, int c0, int nc,
@@ -276,14 +277,17 @@ static void dwl_block_in(const float *x, const float *w, const float *b, int c0,
 }
 #endif
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)) || \
+    (defined(__ARM_NEON) && defined(__aarch64__))
 #define ES_DWL_TRANSPOSED 1
-/* ---- in and out of the lanes by in-register transposes (AVX-512 16 x 16, AVX2 8 x 8) ------
+/* ---- in and out of the lanes by in-register transposes (AVX-512 16 x 16, AVX2 8 x 8,
+ * NEON 4 x 4) -------------------------------------------------------------------------------
  * A channel's plane is contiguous, so 16 pixels of 16 channels are 16 loads, and one
  * transpose in registers (as XNNPACK's x32-transposec kernels do) turns them into 16 pixel
  * vectors of 16 channels; the scalar strided copies this replaces moved one float per load
  * and store, and cost more than the multiplies on 7 x 7 and smaller planes. AVX2 does the
- * same 8 pixels at a time, each half of the 16 channels by an 8 x 8 transpose. */
+ * same 8 pixels at a time, each half of the 16 channels by an 8 x 8 transpose, and NEON 4
+ * pixels, each quarter by a 4 x 4 one (its tails through a stack quad: no masked loads). */
 #if defined(__AVX512F__)
 #define ES_DWL_TP 16 /* pixels per transpose */
 ES_DW_INLINE void dwl_t16(__m512 r[16]) {
@@ -349,7 +353,7 @@ static void dwl_out(const float *t, float *y, int c0, int nc, int P, int o0, int
     dwl_t16(r);
     for (l = 0; l < nc; ++l) _mm512_mask_storeu_ps(y + (size_t)(c0 + l) * P + o0, k, r[l]);
 }
-#else
+#elif defined(__AVX2__) && defined(__FMA__)
 #define ES_DWL_TP 8 /* pixels per transpose */
 ES_DW_INLINE void dwl_t8(__m256 r[8]) {
     __m256 t[8];
@@ -415,6 +419,73 @@ static void dwl_out(const float *t, float *y, int c0, int nc, int P, int o0, int
         dwl_t8(r);
         for (l = 0; l < 8 && v * 8 + l < nc; ++l)
             _mm256_maskstore_ps(y + (size_t)(c0 + v * 8 + l) * P + o0, k, r[l]);
+    }
+}
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+#define ES_DWL_TP 4 /* pixels per transpose */
+static inline void dwl_t4(float32x4_t r[4]) {
+    const float32x4_t t0 = vtrn1q_f32(r[0], r[1]), t1 = vtrn2q_f32(r[0], r[1]);
+    const float32x4_t t2 = vtrn1q_f32(r[2], r[3]), t3 = vtrn2q_f32(r[2], r[3]);
+    r[0] = vreinterpretq_f32_f64(vtrn1q_f64(vreinterpretq_f64_f32(t0), vreinterpretq_f64_f32(t2)));
+    r[1] = vreinterpretq_f32_f64(vtrn1q_f64(vreinterpretq_f64_f32(t1), vreinterpretq_f64_f32(t3)));
+    r[2] = vreinterpretq_f32_f64(vtrn2q_f64(vreinterpretq_f64_f32(t0), vreinterpretq_f64_f32(t2)));
+    r[3] = vreinterpretq_f32_f64(vtrn2q_f64(vreinterpretq_f64_f32(t1), vreinterpretq_f64_f32(t3)));
+}
+
+/* m <= 4 floats from s, zeros past m (NEON has no masked load) */
+static inline float32x4_t dwl_load4(const float *s, int m) {
+    float q[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    int i;
+    if (m == 4) return vld1q_f32(s);
+    for (i = 0; i < m; ++i) q[i] = s[i];
+    return vld1q_f32(q);
+}
+
+static void dwl_in(const float *x, int nc, int H, int W, float *xp, int rows, int cols,
+                   int Wd, int PT, int PL) {
+    const int n = H * W;
+    float32x4_t r[4][4];
+    int i0, j, l, v, ih = 0, iw = 0;
+    for (i0 = 0; i0 < n; i0 += 4) {
+        const int m = n - i0 < 4 ? n - i0 : 4;
+        for (v = 0; v < 4; ++v) {
+            for (l = 0; l < 4; ++l)
+                r[v][l] = v * 4 + l < nc ? dwl_load4(x + (size_t)(v * 4 + l) * n + i0, m)
+                                         : vdupq_n_f32(0.0f);
+            dwl_t4(r[v]);
+        }
+        for (j = 0; j < m; ++j) {
+            if (ih < rows && iw < cols) {
+                float *d = xp + ((size_t)(ih + PT) * Wd + (size_t)(iw + PL)) * ES_DWL;
+                for (v = 0; v < 4; ++v) vst1q_f32(d + v * 4, r[v][j]);
+            }
+            if (++iw == W) iw = 0, ++ih;
+        }
+    }
+}
+
+static inline void dwl_bias(float *bl, const float *b, int nc) {
+    int l;
+    for (l = 0; l < ES_DWL; ++l) bl[l] = l < nc ? b[l] : 0.0f;
+}
+
+static void dwl_out(const float *t, float *y, int c0, int nc, int P, int o0, int m) {
+    float32x4_t r[4];
+    float q[4];
+    int j, l, v, i;
+    for (v = 0; v < 4; ++v) {
+        for (j = 0; j < 4; ++j)
+            r[j] = j < m ? vld1q_f32(t + j * ES_DWL + v * 4) : vdupq_n_f32(0.0f);
+        dwl_t4(r);
+        for (l = 0; l < 4 && v * 4 + l < nc; ++l) {
+            float *d = y + (size_t)(c0 + v * 4 + l) * P + o0;
+            if (m == 4) {
+                vst1q_f32(d, r[l]);
+                continue;
+            }
+            vst1q_f32(q, r[l]);
+            for (i = 0; i < m; ++i) d[i] = q[i];
+        }
     }
 }
 #endif
