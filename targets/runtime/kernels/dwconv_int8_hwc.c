@@ -688,6 +688,34 @@ static void row_taps_3(int8_t *o, const unsigned char *const r[3], const __m512i
     }
 }
 
+/* store4's bytes for the two common requantisations (fp32, short fixed point), with every
+ * constant passed by value: the fast row and plane loops keep them in local variables, as
+ * GCC 12 reloads them from the stack when they sit in a struct, and this helper, inlined,
+ * reads those locals. Four output columns' 64 bytes, each column's 16 together. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline __m512i quads_fast(const __m512i a[4], int fp32, __m512 scale, __m512 hi,
+                                 __m512i mult, __m512i mult_o, __m512i rnd, __m512i rest,
+                                 __m512i yzp16, __m512i qmin8, __m512i qmax8, __m512i d4) {
+    __m512i p01, p23, v;
+    if (fp32) {
+        p01 = _mm512_packs_epi32(es_rqf16_hi_avx512(a[0], scale, hi),
+                                 es_rqf16_hi_avx512(a[1], scale, hi));
+        p23 = _mm512_packs_epi32(es_rqf16_hi_avx512(a[2], scale, hi),
+                                 es_rqf16_hi_avx512(a[3], scale, hi));
+    } else {
+        p01 = _mm512_packs_epi32(es_mulq16_short(a[0], mult, mult_o, rnd, rest),
+                                 es_mulq16_short(a[1], mult, mult_o, rnd, rest));
+        p23 = _mm512_packs_epi32(es_mulq16_short(a[2], mult, mult_o, rnd, rest),
+                                 es_mulq16_short(a[3], mult, mult_o, rnd, rest));
+    }
+    v = _mm512_packs_epi16(_mm512_adds_epi16(p01, yzp16), _mm512_adds_epi16(p23, yzp16));
+    /* fp32 clamped to qmax - y_zp in float already */
+    v = fp32 ? _mm512_max_epi8(v, qmin8) : _mm512_min_epi8(_mm512_max_epi8(v, qmin8), qmax8);
+    return _mm512_permutexvar_epi32(d4, v);
+}
+
 /* row_taps_3 for the two common requantisations, es_rqf16_avx512 (fp32) and
  * es_mulq16_short, every constant in a local variable: with them in a struct GCC 12 keeps
  * reloading them from the stack */
@@ -705,7 +733,7 @@ static void row_taps_3_short(int8_t *o, const unsigned char *const r[3], const _
     for (ow = 0; ow < OW; ow += 4) {
         const size_t off = (size_t)ow * sc;
         const int n = OW - ow; /* columns left; under 4 only in the row's last group */
-        __m512i a[4], p01, p23, v;
+        __m512i a[4], v;
         a[0] = a[1] = a[2] = a[3] = bias;
         if (n >= 4) {
             tap4(a, r0 + off, sc, w0);
@@ -716,22 +744,7 @@ static void row_taps_3_short(int8_t *o, const unsigned char *const r[3], const _
             tap4_tail(a, r1 + off, sc, w1, n);
             tap4_tail(a, r2 + off, sc, w2, n);
         }
-        /* as store4 */
-        if (fp32) {
-            p01 = _mm512_packs_epi32(es_rqf16_hi_avx512(a[0], scale, hi),
-                                     es_rqf16_hi_avx512(a[1], scale, hi));
-            p23 = _mm512_packs_epi32(es_rqf16_hi_avx512(a[2], scale, hi),
-                                     es_rqf16_hi_avx512(a[3], scale, hi));
-        } else {
-            p01 = _mm512_packs_epi32(es_mulq16_short(a[0], mult, mult_o, rnd, rest),
-                                     es_mulq16_short(a[1], mult, mult_o, rnd, rest));
-            p23 = _mm512_packs_epi32(es_mulq16_short(a[2], mult, mult_o, rnd, rest),
-                                     es_mulq16_short(a[3], mult, mult_o, rnd, rest));
-        }
-        v = _mm512_packs_epi16(_mm512_adds_epi16(p01, yzp16), _mm512_adds_epi16(p23, yzp16));
-        /* fp32 clamped to qmax - y_zp in float already */
-        v = fp32 ? _mm512_max_epi8(v, qmin8) : _mm512_min_epi8(_mm512_max_epi8(v, qmin8), qmax8);
-        v = _mm512_permutexvar_epi32(d4, v);
+        v = quads_fast(a, fp32, scale, hi, mult, mult_o, rnd, rest, yzp16, qmin8, qmax8, d4);
         if (n >= 4)
             _mm512_storeu_si512(o + (size_t)ow * 16, v);
         else
@@ -766,7 +779,7 @@ static void row_taps_3_pairs(int8_t *o, const unsigned char *const r[3], const _
     for (ow = 0; ow < OW; ow += 4) {
         const size_t off = (size_t)ow * 64;
         const int n = OW - ow; /* columns left; under 4 only in the row's last group */
-        __m512i a[4], p01, p23, v, q;
+        __m512i a[4], v, q;
         a[0] = a[1] = a[2] = a[3] = bias;
         q = _mm512_loadu_si512(r0 + off);
         a[0] = _mm512_dpbusd_epi32(a[0], q, w0);
@@ -786,21 +799,7 @@ static void row_taps_3_pairs(int8_t *o, const unsigned char *const r[3], const _
         q = _mm512_loadu_si512(r2 + off + 128);
         a[2] = _mm512_dpbusd_epi32(a[2], q, w2);
         a[3] = _mm512_dpbusd_epi32(a[3], q, v2);
-        /* as store4 */
-        if (fp32) {
-            p01 = _mm512_packs_epi32(es_rqf16_hi_avx512(a[0], scale, hi),
-                                     es_rqf16_hi_avx512(a[1], scale, hi));
-            p23 = _mm512_packs_epi32(es_rqf16_hi_avx512(a[2], scale, hi),
-                                     es_rqf16_hi_avx512(a[3], scale, hi));
-        } else {
-            p01 = _mm512_packs_epi32(es_mulq16_short(a[0], mult, mult_o, rnd, rest),
-                                     es_mulq16_short(a[1], mult, mult_o, rnd, rest));
-            p23 = _mm512_packs_epi32(es_mulq16_short(a[2], mult, mult_o, rnd, rest),
-                                     es_mulq16_short(a[3], mult, mult_o, rnd, rest));
-        }
-        v = _mm512_packs_epi16(_mm512_adds_epi16(p01, yzp16), _mm512_adds_epi16(p23, yzp16));
-        v = fp32 ? _mm512_max_epi8(v, qmin8) : _mm512_min_epi8(_mm512_max_epi8(v, qmin8), qmax8);
-        v = _mm512_permutexvar_epi32(d4, v);
+        v = quads_fast(a, fp32, scale, hi, mult, mult_o, rnd, rest, yzp16, qmin8, qmax8, d4);
         if (n >= 4)
             _mm512_storeu_si512(o + (size_t)ow * 16, v);
         else
@@ -866,7 +865,7 @@ ES_NOINLINE static void plane_taps(int8_t *o, const unsigned char *ring, const i
         const unsigned char *x1 = ring + toff[m > 1 ? t + 1 : t];
         const unsigned char *x2 = ring + toff[m > 2 ? t + 2 : t];
         const unsigned char *x3 = ring + toff[m > 3 ? t + 3 : t];
-        __m512i a[4], p01, p23, v;
+        __m512i a[4], v;
         a[0] = a[1] = a[2] = a[3] = bias;
         if (k3) {
             const size_t d1 = slot, d2 = 2 * slot;
@@ -896,22 +895,8 @@ ES_NOINLINE static void plane_taps(int8_t *o, const unsigned char *ring, const i
             store4(o + (size_t)t * 16, a, rq, m >= 4 ? 0xffff : cols_mask(m));
             continue;
         }
-        /* as row_taps_3_short */
-        if (fp32) {
-            p01 = _mm512_packs_epi32(es_rqf16_hi_avx512(a[0], scale, hi),
-                                     es_rqf16_hi_avx512(a[1], scale, hi));
-            p23 = _mm512_packs_epi32(es_rqf16_hi_avx512(a[2], scale, hi),
-                                     es_rqf16_hi_avx512(a[3], scale, hi));
-        } else {
-            p01 = _mm512_packs_epi32(es_mulq16_short(a[0], mult, mult_o, rnd, rest),
-                                     es_mulq16_short(a[1], mult, mult_o, rnd, rest));
-            p23 = _mm512_packs_epi32(es_mulq16_short(a[2], mult, mult_o, rnd, rest),
-                                     es_mulq16_short(a[3], mult, mult_o, rnd, rest));
-        }
-        v = _mm512_packs_epi16(_mm512_adds_epi16(p01, yzp16), _mm512_adds_epi16(p23, yzp16));
-        v = fp32 ? _mm512_max_epi8(v, qmin8) : _mm512_min_epi8(_mm512_max_epi8(v, qmin8), qmax8);
-        _mm512_mask_storeu_epi32(o + (size_t)t * 16, m >= 4 ? 0xffff : cols_mask(m),
-                                 _mm512_permutexvar_epi32(d4, v));
+        v = quads_fast(a, fp32, scale, hi, mult, mult_o, rnd, rest, yzp16, qmin8, qmax8, d4);
+        _mm512_mask_storeu_epi32(o + (size_t)t * 16, m >= 4 ? 0xffff : cols_mask(m), v);
     }
 }
 
