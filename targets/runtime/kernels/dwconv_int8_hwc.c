@@ -757,6 +757,17 @@ static inline int dw_pairs(const es_conv_params *p, const dw_rq *rq) {
     return p->KH == 3 && p->KW == 3 && p->SW == 1 && p->DW == 1 && (rq->r.short_ || rq->r.fp32);
 }
 
+/* one kernel row of row_taps_3_pairs' four output columns: the quad at x serves columns 0
+ * and 1 (weights w, then v = w one byte up), the quad 128 bytes on columns 2 and 3 */
+static inline void pair_taps(__m512i a[4], const unsigned char *x, __m512i w, __m512i v) {
+    __m512i q = _mm512_loadu_si512(x);
+    a[0] = _mm512_dpbusd_epi32(a[0], q, w);
+    a[1] = _mm512_dpbusd_epi32(a[1], q, v);
+    q = _mm512_loadu_si512(x + 128);
+    a[2] = _mm512_dpbusd_epi32(a[2], q, w);
+    a[3] = _mm512_dpbusd_epi32(a[3], q, v);
+}
+
 /* row_taps_3_short for a 3x3 kernel at stride 1 (DW = 1), reading only the ring's even
  * columns (the fill makes no others: half the stores and funnel shifts). The quad at column
  * j holds x[j .. j+3]; output j takes it with the weights (w0, w1, w2, 0), output j+1 with
@@ -779,26 +790,11 @@ static void row_taps_3_pairs(int8_t *o, const unsigned char *const r[3], const _
     for (ow = 0; ow < OW; ow += 4) {
         const size_t off = (size_t)ow * 64;
         const int n = OW - ow; /* columns left; under 4 only in the row's last group */
-        __m512i a[4], v, q;
+        __m512i a[4], v;
         a[0] = a[1] = a[2] = a[3] = bias;
-        q = _mm512_loadu_si512(r0 + off);
-        a[0] = _mm512_dpbusd_epi32(a[0], q, w0);
-        a[1] = _mm512_dpbusd_epi32(a[1], q, v0);
-        q = _mm512_loadu_si512(r0 + off + 128);
-        a[2] = _mm512_dpbusd_epi32(a[2], q, w0);
-        a[3] = _mm512_dpbusd_epi32(a[3], q, v0);
-        q = _mm512_loadu_si512(r1 + off);
-        a[0] = _mm512_dpbusd_epi32(a[0], q, w1);
-        a[1] = _mm512_dpbusd_epi32(a[1], q, v1);
-        q = _mm512_loadu_si512(r1 + off + 128);
-        a[2] = _mm512_dpbusd_epi32(a[2], q, w1);
-        a[3] = _mm512_dpbusd_epi32(a[3], q, v1);
-        q = _mm512_loadu_si512(r2 + off);
-        a[0] = _mm512_dpbusd_epi32(a[0], q, w2);
-        a[1] = _mm512_dpbusd_epi32(a[1], q, v2);
-        q = _mm512_loadu_si512(r2 + off + 128);
-        a[2] = _mm512_dpbusd_epi32(a[2], q, w2);
-        a[3] = _mm512_dpbusd_epi32(a[3], q, v2);
+        pair_taps(a, r0 + off, w0, v0);
+        pair_taps(a, r1 + off, w1, v1);
+        pair_taps(a, r2 + off, w2, v2);
         v = quads_fast(a, fp32, scale, hi, mult, mult_o, rnd, rest, yzp16, qmin8, qmax8, d4);
         if (n >= 4)
             _mm512_storeu_si512(o + (size_t)ow * 16, v);
