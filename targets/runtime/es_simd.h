@@ -120,6 +120,14 @@ static inline __m512i es_rqf16_hi_avx512(__m512i acc, __m512 scale, __m512 hi) {
     return _mm512_cvtps_epi32(_mm512_min_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc), scale), hi));
 }
 
+/* whether every lane of m holds a scale under 1 (es_rq_scale's positive floats: compared as
+ * integers, below 1.0f's bits). Then |acc * scale| < 2^31 for any int32 acc, so vcvtps2dq
+ * cannot overflow and a requantising kernel may leave the upper clamp to its byte clamps. */
+static inline int es_rq_scales_below1(__m512 scale, __mmask16 m) {
+    return _mm512_mask_cmplt_epu32_mask(m, _mm512_castps_si512(scale),
+                                        _mm512_set1_epi32(0x3f800000)) == m;
+}
+
 /* es_rq_scale of 16 lanes */
 static inline __m512 es_rq_scale16(__m512i mult, __m512i shift) {
     const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(shift, _mm512_set1_epi32(126)), 23);

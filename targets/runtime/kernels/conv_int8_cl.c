@@ -173,8 +173,7 @@ static void pair_consts(cl_tile *tl, const int32_t *mult, const int32_t *shift,
                                   p->qmax);
     for (b = 0; b < 2; ++b) /* lanes past nm hold scale 1/4 (es_rq16_setup) */
         tl->below1[b] = tl->rq[b].fp32 && (b == 0 || tl->nm > NC) &&
-                        _mm512_cmplt_epu32_mask(_mm512_castps_si512(tl->rq[b].scale),
-                                                _mm512_set1_epi32(0x3f800000)) == 0xffff;
+                        es_rq_scales_below1(tl->rq[b].scale, (__mmask16)0xffff);
 }
 
 /* requantise one block's 8 pixel vectors (16 channels each) and store them to channel

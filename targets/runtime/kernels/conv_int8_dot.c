@@ -574,9 +574,7 @@ static void tile_8x32(const dot_block *a, const dot_block *b, const int8_t *w8, 
             const dot_dest da = dest(a), db = dest(b);
             const __m512 sv = row_scales8(m0, &o);
             if (da.whole && db.whole && db.pix == da.pix + TP) { /* 32 pixels in a row */
-                /* scales under 1: exponent field below 127's (es_rq_scale builds them) */
-                if (_mm512_mask_cmplt_epu32_mask((__mmask16)0xff, _mm512_castps_si512(sv),
-                                                 _mm512_set1_epi32(0x3f800000)) == 0xff) {
+                if (es_rq_scales_below1(sv, (__mmask16)0xff)) {
                     put2x32_f32(da.pix, s0, s1, u0, u1, ym, P2, scale_of(sv, 0),
                                 scale_of(sv, 1), &o, 1);
                     put2x32_f32(da.pix, s2, s3, u2, u3, ym + 2 * P2, P2, scale_of(sv, 2),
