@@ -125,12 +125,54 @@ void es_avgpool2d_f32(const float *x, float *y, const es_pool_params *p) {
     }
 }
 
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
+/* x[0] + ... + x[n - 1] in vector registers. The portable sum (below) keeps its 16 partial
+ * sums in a stack array and adds its tail and its pairwise tree in scalars, and GCC leaves
+ * the tree's loads waiting on the vector stores: about 85 cycles a row whatever its length,
+ * 13 us for MobileNetV3-small's squeeze-excite pools over 576 x 7 x 7. Here two vector
+ * sums take the row, the tail is one masked load and the horizontal sum a few shuffles;
+ * rows are independent, so one row's reduction overlaps the next row's loads. */
+#if defined(__AVX512F__)
+static float sum_row(const float *x, int n) {
+    __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
+    int k = 0;
+    for (; k + 32 <= n; k += 32) {
+        a = _mm512_add_ps(a, _mm512_loadu_ps(x + k));
+        b = _mm512_add_ps(b, _mm512_loadu_ps(x + k + 16));
+    }
+    if (k + 16 <= n) a = _mm512_add_ps(a, _mm512_loadu_ps(x + k)), k += 16;
+    if (k < n) b = _mm512_add_ps(b, _mm512_maskz_loadu_ps((__mmask16)((1u << (n - k)) - 1u), x + k));
+    return _mm512_reduce_add_ps(_mm512_add_ps(a, b));
+}
+#else
+static float sum_row(const float *x, int n) {
+    __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
+    __m128 h;
+    int k = 0;
+    for (; k + 16 <= n; k += 16) {
+        a = _mm256_add_ps(a, _mm256_loadu_ps(x + k));
+        b = _mm256_add_ps(b, _mm256_loadu_ps(x + k + 8));
+    }
+    if (k + 8 <= n) a = _mm256_add_ps(a, _mm256_loadu_ps(x + k)), k += 8;
+    if (k < n) {
+        const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - k),
+                                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        b = _mm256_add_ps(b, _mm256_maskload_ps(x + k, m));
+    }
+    a = _mm256_add_ps(a, b);
+    h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
+}
+#endif
+#else
 /* x[0] + ... + x[n - 1] in 16 partial sums, added pairwise at the end: one running sum
  * waits for each add (4 cycles a value), which made EfficientNet-B0's squeeze-excite
  * GlobalAveragePools (2.3 M values at 224 x 224) cost ms; the 16 independent sums are one
  * vector add per 16 values once the compiler vectorises the j loop. Sums are reordered,
  * so this agrees with one running sum to float rounding. */
-static float sum16(const float *x, int n) {
+static float sum_row(const float *x, int n) {
     float s[16];
     int j, k;
     for (j = 0; j < 16; ++j) s[j] = 0.0f;
@@ -141,13 +183,14 @@ static float sum16(const float *x, int n) {
         for (j = 0; j < k; ++j) s[j] += s[j + k];
     return s[0];
 }
+#endif
 
 void es_reduce_f32(const float *x, float *y, const es_reduce_params *p) {
     const int outer = p->outer, n = p->n, inner = p->inner, op = p->op;
     int o, i, k;
     if (inner == 1 && op != ES_R_MAX) { /* global average pooling, a mean over the last axes */
         for (o = 0; o < outer; ++o) {
-            const float s = sum16(x + (size_t)o * n, n);
+            const float s = sum_row(x + (size_t)o * n, n);
             y[o] = op == ES_R_MEAN ? s / (float)n : s;
         }
         return;
