@@ -80,6 +80,12 @@ static void im2col_f32(const float *x, float *col, int p0, int K, const es_conv_
  * Small planes put output channels in the lanes instead (gemm_cl, below), so no lane
  * computes a pixel that is not there. */
 #define ES_F32_MR 8
+
+#if defined(__GNUC__)
+#define ES_ALWAYS_INLINE static inline __attribute__((always_inline))
+#else
+#define ES_ALWAYS_INLINE static inline
+#endif
 /* Channels per packed row, the stride of k. 16, not 8, for the small-plane kernel
  * (gemm_cl): its vectors are 16 channels, and two 8-channel rows K floats apart had to be
  * joined per k (two half loads and a vinsertf64x4 per vector: 8-11 % of the time of a
@@ -113,24 +119,28 @@ static const float *wblock(const float *w, int m0, int K) {
 #define ES_MASK16(n) ((n) >= 16 ? 0xFFFFu : (n) <= 0 ? 0u : (1u << (n)) - 1u)
 
 #if defined(__AVX512F__)
-static __m512 act512(__m512 v, const es_conv_params *p) {
-    return act512v(v, p->act, p->a0, p->a1);
-}
-
 /* act(b8[r] + sum_k wp[8k + r] col[k][j]) for r < nr and the columns j < 16 nv set in keep:
  * 8 output channels x 16 nv pixels (nv = 1 only for a plane's last 16 or fewer), row r's
  * kept columns stored one after another from y + r ldy. keep is the first nj columns for
  * an output plane; for a tile of the phases' OH x WQ grid it leaves out the WQ - OW cells
  * past each output row, and what is kept is one contiguous run of the output plane, so
- * vcompressps packs each vector and one masked store writes it (no tile, no copy). */
-static inline void mk_f32_8xv(const float *col, const int32_t *off, int K, const float *wp,
-                              const float *b8, float *y, size_t ldy, int nr, uint32_t keep,
-                              int nv, const es_conv_params *p) {
+ * vcompressps packs each vector and one masked store writes it (no tile, no copy).
+ * nv and act are constants in each copy (mk_f32_keep), and the three row loops are unrolled
+ * by pragma: with a runtime act the epilogue reloaded p->act and jumped through act512v's
+ * switch per vector, and with the row loop over a runtime nr GCC kept a0/a1 on the stack,
+ * storing and reloading all 16 accumulators per block. At K = 16 to 40 that was a quarter
+ * of the time (see mk_f32_keep). */
+ES_ALWAYS_INLINE void mk_f32_8xv(const float *col, const int32_t *off, int K, const float *wp,
+                                 const float *b8, float *y, size_t ldy, int nr, uint32_t keep,
+                                 const int nv, const int act, const es_conv_params *p) {
     __m512 a0[ES_F32_MR], a1[ES_F32_MR];
     const __mmask16 k0 = (__mmask16)(keep & 0xFFFFu), k1 = (__mmask16)(keep >> 16);
     const int n0 = __builtin_popcount(k0), prefix = (keep & (keep + 1u)) == 0u;
     const __mmask16 s0 = (__mmask16)ES_MASK16(n0), s1 = (__mmask16)ES_MASK16(__builtin_popcount(k1));
     int r, k;
+#if defined(__GNUC__)
+#pragma GCC unroll 8
+#endif
     for (r = 0; r < ES_F32_MR; ++r) a0[r] = a1[r] = _mm512_set1_ps(b8[r]);
     for (k = 0; k < K; ++k) {
         const float *cp = col + off[k], *wk = wp + (size_t)k * ES_F32_WB;
@@ -138,36 +148,65 @@ static inline void mk_f32_8xv(const float *col, const int32_t *off, int K, const
         const __m512 c1 = nv > 1 ? _mm512_loadu_ps(cp + 16) : c0;
         ES_PREFETCH(cp + ES_F32_PF_AHEAD);
         ES_PREFETCH(cp + ES_F32_PF_AHEAD + 16);
+#if defined(__GNUC__)
+#pragma GCC unroll 8
+#endif
         for (r = 0; r < ES_F32_MR; ++r) {
             const __m512 w = _mm512_set1_ps(wk[r]);
             a0[r] = _mm512_fmadd_ps(c0, w, a0[r]);
             if (nv > 1) a1[r] = _mm512_fmadd_ps(c1, w, a1[r]);
         }
     }
-    for (r = 0; r < nr; ++r) {
+#if defined(__GNUC__)
+#pragma GCC unroll 8
+#endif
+    for (r = 0; r < ES_F32_MR; ++r) {
         float *yr = y + (size_t)r * ldy;
+        __m512 v0, v1;
+        if (r >= nr) break;
+        v0 = act512v(a0[r], act, p->a0, p->a1);
+        v1 = nv > 1 ? act512v(a1[r], act, p->a0, p->a1) : v0;
         ES_PREFETCHW(yr + ES_F32_PF_AHEAD);
         ES_PREFETCHW(yr + ES_F32_PF_AHEAD + 16);
         if (prefix) { /* the first nj columns: plain masked stores */
-            _mm512_mask_storeu_ps(yr, k0, act512(a0[r], p));
-            if (nv > 1) _mm512_mask_storeu_ps(yr + 16, k1, act512(a1[r], p));
+            _mm512_mask_storeu_ps(yr, k0, v0);
+            if (nv > 1) _mm512_mask_storeu_ps(yr + 16, k1, v1);
         } else {
-            _mm512_mask_storeu_ps(yr, s0, _mm512_maskz_compress_ps(k0, act512(a0[r], p)));
-            if (nv > 1)
-                _mm512_mask_storeu_ps(yr + n0, s1,
-                                      _mm512_maskz_compress_ps(k1, act512(a1[r], p)));
+            _mm512_mask_storeu_ps(yr, s0, _mm512_maskz_compress_ps(k0, v0));
+            if (nv > 1) _mm512_mask_storeu_ps(yr + n0, s1, _mm512_maskz_compress_ps(k1, v1));
         }
     }
 }
 
-/* the kept columns of a 32-column block (see mk_f32_8xv) */
+/* the kept columns of a 32-column block (see mk_f32_8xv): one copy per activation and
+ * vector count. Kernel old/new in one process, alternating, thread CPU time, per-round min
+ * of 5 rounds, load 3.0: EfficientNet-B0 1x1 16 -> 96 SiLU at 112 x 112 688 -> 632 us,
+ * 32 -> 16 at 112 x 112 135 -> 119, 24 -> 144 SiLU at 56 x 56 320 -> 297, 3x3 s2 stem
+ * 3 -> 32 SiLU 364 -> 339; MobileNetV2 16 -> 96 ReLU6 at 112 x 112 470 -> 387, 24 -> 144
+ * at 56 x 56 237 -> 205, stem 291 -> 259; MobileNetV3-small's HardSwish stem 172 -> 154;
+ * K >= 64 (ResNet-18's 3x3s) 0.99-1.00. With SiLU what remains is the sigmoid's own
+ * operations, about as many as the 16 FMAs of an output vector at K = 16. */
 static void mk_f32_keep(const float *col, const int32_t *off, int K, const float *wp,
                         const float *b8, float *y, size_t ldy, int nr, int nj, uint32_t keep,
                         const es_conv_params *p) {
-    if (nj > 16)
-        mk_f32_8xv(col, off, K, wp, b8, y, ldy, nr, keep, 2, p);
-    else
-        mk_f32_8xv(col, off, K, wp, b8, y, ldy, nr, keep, 1, p);
+#define ES_MK_ACT(A)                                                                  \
+    case A:                                                                           \
+        if (nj > 16)                                                                  \
+            mk_f32_8xv(col, off, K, wp, b8, y, ldy, nr, keep, 2, A, p);               \
+        else                                                                          \
+            mk_f32_8xv(col, off, K, wp, b8, y, ldy, nr, keep, 1, A, p);               \
+        break
+    switch (p->act) {
+        ES_MK_ACT(ES_ACT_RELU);
+        ES_MK_ACT(ES_ACT_CLIP);
+        ES_MK_ACT(ES_ACT_LEAKY);
+        ES_MK_ACT(ES_ACT_HARDSWISH);
+        ES_MK_ACT(ES_ACT_SIGMOID);
+        ES_MK_ACT(ES_ACT_SILU);
+        ES_MK_ACT(ES_ACT_HARDSIGMOID);
+    default: ES_MK_ACT(ES_ACT_NONE); /* act512v passes any other code through unchanged */
+    }
+#undef ES_MK_ACT
 }
 
 static void mk_f32_block(const float *col, const int32_t *off, int K, const float *wp,
@@ -312,11 +351,6 @@ static void mk_f32_block(const float *col, const int32_t *off, int K, const floa
 #define ES_F32_CL_PK 1024
 #define ES_F32_CL_K 256
 
-#if defined(__GNUC__)
-#define ES_ALWAYS_INLINE static inline __attribute__((always_inline))
-#else
-#define ES_ALWAYS_INLINE static inline
-#endif
 
 #if defined(__AVX512F__)
 #define ES_CL_CH 32
