@@ -30,6 +30,8 @@ GEMM_CASES = [
     [8, 1, 5, 8, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 208, 1, 5],      # 5 pixels: one masked tile
     [300, 4, 9, 17, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 209, 4, 9],   # K = 2700 (no clip: the sums
     # reach ~20, and the tolerance is relative to the largest output)
+    [16, 23, 29, 20, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 210, 23, 29],  # 667 pixels in place: two
+    # blocks of 8 tiles, one of 4, a 27-pixel tail through im2col; M = 8 + 8 + 4
 ]
 
 
