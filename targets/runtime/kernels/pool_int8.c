@@ -97,6 +97,14 @@ static int end_inside(int off, int s, int last, int lo, int n) {
     return e < lo ? lo : (e > n ? n : e);
 }
 
+/* output row oh's window: its first input row h0 (may lie in the padding) and the taps
+ * [kh0, kh1) that lie inside the plane */
+static inline void window_rows(int oh, const es_pool_params *p, int *h0, int *kh0, int *kh1) {
+    *h0 = oh * p->SH - p->PT;
+    *kh0 = first_inside(*h0, p->DH) < p->KH ? first_inside(*h0, p->DH) : p->KH;
+    *kh1 = end_inside(*h0, p->DH, p->H - 1, *kh0, p->KH);
+}
+
 /* the max over output column ow's window, clipped to the row once (a border column) */
 static int8_t clipped_max(const int8_t *xc, const es_pool_params *p, int ow, int h0, int kh0,
                           int kh1) {
@@ -144,8 +152,8 @@ static void rows_max(int8_t *restrict t, const int8_t *restrict x, int W, int ro
  * 3 permutes and one store per output row of ResNet's pool, 4.6x the per-tap sweep below
  * on it (85.7 vs 18.7 us alone). Returns 0, doing nothing, for other shapes. */
 static int narrow_rows_vbmi(const int8_t *x, int8_t *y, const es_pool_params *p) {
-    const int C = p->C, H = p->H, W = p->W, OH = p->OH, OW = p->OW, KH = p->KH, KW = p->KW;
-    const int SH = p->SH, PT = p->PT, DH = p->DH;
+    const int C = p->C, H = p->H, W = p->W, OH = p->OH, OW = p->OW, KW = p->KW;
+    const int DH = p->DH;
     const __m512i low = _mm512_set1_epi8(-128);
     __m512i idx[ES_MAXPOOL_I8_KW];
     __mmask64 inside[ES_MAXPOOL_I8_KW], m0, m1, mo;
@@ -168,10 +176,9 @@ static int narrow_rows_vbmi(const int8_t *x, int8_t *y, const es_pool_params *p)
     for (c = 0; c < C; ++c) {
         const int8_t *xc = x + (size_t)c * H * W;
         for (oh = 0; oh < OH; ++oh) {
-            const int h0 = oh * SH - PT;
-            const int kh0 = first_inside(h0, DH) < KH ? first_inside(h0, DH) : KH;
-            const int kh1 = end_inside(h0, DH, H - 1, kh0, KH);
+            int h0, kh0, kh1;
             __m512i a = low, b = low, acc = low;
+            window_rows(oh, p, &h0, &kh0, &kh1);
             for (kh = kh0; kh < kh1; ++kh) {
                 const int8_t *xr = xc + (size_t)(h0 + kh * DH) * W;
                 a = _mm512_max_epi8(a, _mm512_maskz_loadu_epi8(m0, xr));
@@ -201,8 +208,8 @@ static int narrow_rows_vbmi(const int8_t *x, int8_t *y, const es_pool_params *p)
  * ES_MAXPOOL_I8_ROW keep the taps over all rows. */
 #define ES_MAXPOOL_I8_ROW 1024
 void es_maxpool2d_i8(const int8_t *x, int8_t *y, const es_pool_params *p) {
-    const int C = p->C, H = p->H, W = p->W, OH = p->OH, OW = p->OW, KH = p->KH, KW = p->KW;
-    const int SH = p->SH, SW = p->SW, PT = p->PT, PL = p->PL, DH = p->DH, DW = p->DW;
+    const int C = p->C, H = p->H, W = p->W, OH = p->OH, OW = p->OW, KW = p->KW;
+    const int SW = p->SW, PL = p->PL, DH = p->DH, DW = p->DW;
     /* interior columns [ow0, ow1): the first tap at or right of column 0, the last at or
      * left of column W - 1 */
     const int ow0 = first_inside(-PL, SW) < OW ? first_inside(-PL, SW) : OW;
@@ -215,12 +222,12 @@ void es_maxpool2d_i8(const int8_t *x, int8_t *y, const es_pool_params *p) {
     for (c = 0; c < C; ++c) {
         const int8_t *xc = x + (size_t)c * H * W;
         for (oh = 0; oh < OH; ++oh) {
-            const int h0 = oh * SH - PT;
-            const int kh0 = first_inside(h0, DH) < KH ? first_inside(h0, DH) : KH;
-            const int kh1 = end_inside(h0, DH, H - 1, kh0, KH);
+            int h0, kh0, kh1;
             int8_t *yr = y + ((size_t)c * OH + oh) * OW;
             const int8_t *rows = xc; /* the window's rows: the plane's, or t's one row */
-            int r0 = h0, a = kh0, b = kh1, done = 0;
+            int r0, a, b, done = 0;
+            window_rows(oh, p, &h0, &kh0, &kh1);
+            r0 = h0, a = kh0, b = kh1;
             if (kh1 - kh0 > 1 && W <= ES_MAXPOOL_I8_ROW) {
                 rows_max(t, xc + (size_t)(h0 + kh0 * DH) * W, W, kh1 - kh0, (size_t)DH * W);
                 rows = t, r0 = 0, a = 0, b = 1;
