@@ -8,6 +8,7 @@
  *   edgesmith_bench [--weights F] --frames frames.u8 --frame-hw H W [--labels L]
  *                   [--output out.raw]
  *   edgesmith_bench [--weights F] --samples N --input in.raw --output out.raw
+ *   edgesmith_bench [--weights F] --input in.raw --dump steps.raw
  *
  * Input: every model input back to back, raw little-endian float32 in the model's layout;
  * output likewise. Memory: arena and I/O buffers are static; no allocation at all.
@@ -41,7 +42,14 @@
  * in the same order. Starting one process per sample cost more than the inference of a
  * small model. The input file must hold exactly N samples: a short or long file is an
  * error that names the sizes, never a read past its end. The JSON line: samples, ms
- * (mean wall time per sample). */
+ * (mean wall time per sample).
+ *
+ * Dump (finding the first step where a build leaves its reference): --dump F runs the
+ * given input once and writes the whole arena after every step to F, ES_NUM_STEPS images
+ * of ES_ARENA_BYTES back to back. model.c's T_* defines say where each tensor lies in the
+ * arena, so a step's output is read from the image after that step, before a later step
+ * reuses its bytes. Big models make big files (steps x arena). The JSON line: steps,
+ * arena_bytes. */
 #if !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200112L
 #endif
@@ -71,6 +79,7 @@ static double lat_ms[ES_BENCH_MAX_RUNS];
 typedef struct {
     const char *weights, *input, *output, *sysfs, *governor;
     const char *frames, *labels; /* --frames mode */
+    const char *dump;            /* --dump: the arena after every step */
     int frame_h, frame_w;        /* --frame-hw */
     long samples;                /* --samples mode: N samples in one file; 0 = off */
     int runs, warmup, profile, trace;
@@ -188,8 +197,9 @@ static int usage(const char *argv0) {
                     "[--governor NAME] [--no-power]\n"
                     "       %s [--weights F] --frames F --frame-hw H W [--labels L] "
                     "[--output out.raw]\n"
-                    "       %s [--weights F] --samples N>=1 --input in.raw --output out.raw\n",
-            argv0, argv0, argv0);
+                    "       %s [--weights F] --samples N>=1 --input in.raw --output out.raw\n"
+                    "       %s [--weights F] --input in.raw --dump steps.raw\n",
+            argv0, argv0, argv0, argv0);
     return 2;
 }
 
@@ -269,6 +279,7 @@ static int parse_flag(int argc, char **argv, int *i, bench_args *a) {
     else if (strcmp(flag, "--governor") == 0) a->governor = value;
     else if (strcmp(flag, "--frames") == 0) a->frames = value;
     else if (strcmp(flag, "--labels") == 0) a->labels = value;
+    else if (strcmp(flag, "--dump") == 0) a->dump = value;
     else if (strcmp(flag, "--period-ms") == 0) return parse_period(value, &a->period_us);
     else if (strcmp(flag, "--samples") == 0 &&
              parse_number(flag, value, 1, LONG_MAX, &num) == 0)
@@ -305,6 +316,10 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     }
     if (a->samples > 0 && (!a->input || !a->output || a->frames)) {
         fprintf(stderr, "error: --samples N needs --input and --output (and no --frames)\n");
+        return -1;
+    }
+    if (a->dump && (!a->input || a->samples || a->frames)) {
+        fprintf(stderr, "error: --dump F needs --input (and no --samples or --frames)\n");
         return -1;
     }
     return 0;
@@ -390,6 +405,51 @@ static int write_output(es_model *m, const bench_args *a) {
         fprintf(stderr, "error: cannot write %s\n", a->output);
         return -1;
     }
+    return 0;
+}
+
+/* ---- --dump: the arena after every step ---- */
+typedef struct {
+    FILE *f;
+    const es_model *m;
+    int failed; /* a short write: the file is incomplete, so the run reports an error */
+} dump_state;
+
+static void dump_step(void *user, int index, const char *op, const char *name,
+                      uint64_t elapsed_ns) {
+    dump_state *d = (dump_state *)user;
+    (void)index;
+    (void)op;
+    (void)name;
+    (void)elapsed_ns;
+    if (fwrite(d->m->arena, 1, ES_ARENA_BYTES, d->f) != ES_ARENA_BYTES) d->failed = 1;
+}
+
+static int dump_mode(es_model *m, const bench_args *a) {
+    dump_state d;
+    es_hooks hooks = {NULL, dump_step, NULL};
+    int rc;
+    d.f = fopen(a->dump, "wb");
+    d.m = m;
+    d.failed = 0;
+    hooks.user = &d;
+    if (!d.f) {
+        fprintf(stderr, "error: cannot write %s\n", a->dump);
+        return 1;
+    }
+    rc = feed(m);
+    if (rc == ES_OK) rc = es_run(m, &hooks);
+    if (fclose(d.f) != 0) d.failed = 1;
+    if (rc != ES_OK) {
+        fprintf(stderr, "error: run: %s\n", es_strerror(rc));
+        return 1;
+    }
+    if (d.failed) {
+        fprintf(stderr, "error: cannot write %s\n", a->dump);
+        return 1;
+    }
+    printf("{\"steps\": %d, \"arena_bytes\": %u}\n", (int)ES_NUM_STEPS,
+           (unsigned)ES_ARENA_BYTES);
     return 0;
 }
 
@@ -728,8 +788,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: es_init: %s\n", es_strerror(rc));
         return 1;
     }
-    if (a.frames || a.samples) {
-        rc = a.frames ? frames_mode(&m, &a) : samples_mode(&m, &a);
+    if (a.frames || a.samples || a.dump) {
+        rc = a.frames ? frames_mode(&m, &a) : a.samples ? samples_mode(&m, &a) : dump_mode(&m, &a);
         es_deinit(&m);
         return rc;
     }
