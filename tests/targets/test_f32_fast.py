@@ -32,8 +32,10 @@ GEMM_CASES = [
     # reach ~20, and the tolerance is relative to the largest output)
     [16, 23, 29, 20, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 210, 23, 29],  # 667 pixels in place: two
     # blocks of 8 tiles, one of 4, a 27-pixel tail through im2col; M = 8 + 8 + 4
-    [16, 14, 75, 24, 1, 1, 2, 2, 0, 0, 1, 1, 1, 0, 211, 7, 38],  # 1x1 s2, odd width: phase rows
-    # of 38 columns, three 16-column blocks, the last masked on load and store
+    [16, 14, 75, 24, 1, 1, 2, 2, 0, 0, 1, 1, 1, 0, 211, 7, 38],  # 1x1 s2, odd width: gathered
+    # rows of 38 (two permuted blocks of 16, 6 single columns)
+    [8, 14, 20, 8, 1, 1, 2, 2, 0, 0, 1, 1, 1, 0, 213, 8, 11],  # 1x1 s2 whose last row and
+    # column lie in bottom / right padding: through the phases, not the gather
     [5, 9, 70, 10, 5, 5, 2, 2, 2, 2, 1, 1, 1, 2, 212, 5, 35],  # 5x5 s2, 2 columns of padding
     # on each side: the first and last blocks of each row load under partial masks
 ]
