@@ -669,7 +669,17 @@ static void dw_direct(const float *x, const float *w, const float *b, float *y,
     ((p)->KH == (p)->KW && ((p)->KH == 3 || (p)->KH == 5) && (p)->SH == (p)->SW &&         \
      ((p)->SH == 1 || (p)->SH == 2) && (p)->DH == 1 && (p)->DW == 1)
 
-/* output rows [oh, oh + nr), nr <= R, columns [ow, ow + 16) of one channel */
+/* output rows [oh, oh + nr), nr <= R, columns [ow, ow + 16 NB) of one channel. 3 x 3 takes
+ * two 16-column blocks at once (NB = 2, by dwk_plane): one block's FMAs go to the at most
+ * three output rows an input row feeds, so they formed three dependent chains of 4-cycle
+ * FMAs and the core ran ~28 GMAC/s, half its FMA rate, with the data in L2 as out of it;
+ * two blocks keep six chains in flight (16 accumulators, 9 weights and 6 taps: 31 of the 32
+ * registers; 5 x 5's 25 weights leave no room). Same products in the same order: the
+ * outputs are bit-identical to NB = 1. Kernel old (NB = 1) / new alternating in one process,
+ * input rewritten before each run as its producer would, p50 of 5 rounds x 30, load
+ * 1.5-1.8: MobileNetV2's 32 x 112 x 112 s1 167 -> 153 us, 96 x 112 x 112 s2 217 -> 181,
+ * 144 x 56 x 56 s1 194 -> 184, s2 75 -> 65, 192 x 28 x 28 0.96; planes of 16 or fewer
+ * columns keep NB = 1 (14 x 14: 1.01-1.02, within the noise). */
 /* stride 2: the 16 outputs' taps kw < K of one input row, columns c + kw, c + kw + 2, ...,
  * from three loads of 16 columns (c, c + 16, c + 32; m their masks) instead of two per
  * tap: the even and the odd columns of the first 32 are one permute each, and tap 2 j + q
@@ -698,32 +708,44 @@ ES_DW_INLINE void dwk_s2_taps(__m512 *v, const float *xr, int c, const unsigned 
 
 ES_DW_INLINE void dwk_block(const float *xc, const __m512 *wk, __m512 bias, float *yc, int oh,
                             int nr, int ow, const es_conv_params *p, const int K, const int S,
-                            const int R) {
+                            const int R, const int NB) {
     const int ih0 = oh * S - p->PT, c0 = ow * S - p->PL, n = p->OW - ow;
-    __m512 acc[ES_DWK_ROWS], v[5];
-    unsigned long long m[5];
-    int i, kw, r;
-    for (r = 0; r < R; ++r) acc[r] = bias;
-    for (kw = 0; kw < (S == 1 ? K : 3); ++kw) /* stride 2: c0, c0 + 16, c0 + 32 */
-        m[kw] = S == 1 ? dwd_mask(c0 + kw, p->W, 1) : dwd_mask(c0 + 16 * kw, p->W, 1);
+    __m512 acc[2][ES_DWK_ROWS], v[2][5];
+    unsigned long long m[2][5];
+    int i, kw, r, q;
+    for (q = 0; q < NB; ++q)
+        for (r = 0; r < R; ++r) acc[q][r] = bias;
+    for (q = 0; q < NB; ++q) /* stride 2: c0, c0 + 16, c0 + 32 */
+        for (kw = 0; kw < (S == 1 ? K : 3); ++kw)
+            m[q][kw] = S == 1 ? dwd_mask(c0 + 16 * q + kw, p->W, 1)
+                              : dwd_mask(c0 + 32 * q + 16 * kw, p->W, 1);
 #pragma GCC unroll 24
     for (i = 0; i < (R - 1) * S + K; ++i) { /* input row ih0 + i */
         const float *xr;
         if (ih0 + i < 0 || ih0 + i >= p->H) continue; /* padding: adds zero */
         xr = xc + (size_t)(ih0 + i) * p->W;
-        if (S == 2) dwk_s2_taps(v, xr, c0, m, K);
+#pragma GCC unroll 2
+        for (q = 0; q < NB; ++q) {
+            if (S == 2) dwk_s2_taps(v[q], xr, c0 + 32 * q, m[q], K);
 #pragma GCC unroll 8
-        for (kw = 0; kw < K; ++kw) {
-            if (S == 1) v[kw] = _mm512_maskz_loadu_ps((__mmask16)m[kw], xr + c0 + kw);
+            for (kw = 0; kw < K; ++kw)
+                if (S == 1)
+                    v[q][kw] = _mm512_maskz_loadu_ps((__mmask16)m[q][kw], xr + c0 + 16 * q + kw);
+        }
+#pragma GCC unroll 8
+        for (kw = 0; kw < K; ++kw)
 #pragma GCC unroll 8
             for (r = 0; r < R; ++r) /* the tap row of output row oh + r */
                 if (i - r * S >= 0 && i - r * S < K)
-                    acc[r] = _mm512_fmadd_ps(v[kw], wk[(i - r * S) * K + kw], acc[r]);
-        }
+#pragma GCC unroll 2
+                    for (q = 0; q < NB; ++q)
+                        acc[q][r] = _mm512_fmadd_ps(v[q][kw], wk[(i - r * S) * K + kw], acc[q][r]);
     }
-    for (r = 0; r < nr; ++r)
-        _mm512_mask_storeu_ps(yc + (size_t)(oh + r) * p->OW + ow, (__mmask16)ES_DWD_MASK(n),
-                              act512v(acc[r], p->act, p->a0, p->a1));
+    for (q = 0; q < NB; ++q)
+        for (r = 0; r < nr; ++r)
+            _mm512_mask_storeu_ps(yc + (size_t)(oh + r) * p->OW + ow + 16 * q,
+                                  (__mmask16)ES_DWD_MASK(n - 16 * q),
+                                  act512v(acc[q][r], p->act, p->a0, p->a1));
 }
 
 ES_DW_INLINE void dwk_plane(const float *xc, const float *wc, float b, float *yc,
@@ -735,7 +757,10 @@ ES_DW_INLINE void dwk_plane(const float *xc, const float *wc, float b, float *yc
     for (t = 0; t < K * K; ++t) wk[t] = _mm512_set1_ps(wc[t]);
     for (oh = 0; oh < p->OH; oh += R) {
         const int nr = p->OH - oh < R ? p->OH - oh : R;
-        for (ow = 0; ow < p->OW; ow += 16) dwk_block(xc, wk, bias, yc, oh, nr, ow, p, K, S, R);
+        ow = 0;
+        if (K == 3)
+            for (; ow + 16 < p->OW; ow += 32) dwk_block(xc, wk, bias, yc, oh, nr, ow, p, K, S, R, 2);
+        for (; ow < p->OW; ow += 16) dwk_block(xc, wk, bias, yc, oh, nr, ow, p, K, S, R, 1);
     }
 }
 
