@@ -1,7 +1,8 @@
 """fp32 es_gemm_f32 (four outputs per pass over the input row in AVX-512 / AVX2 / NEON
-vectors) agrees with the plain es_gemm_f32_ref to 1e-5 of the output's magnitude, with N and
-K not multiples of any vector width, in every build the runtime has, under
-AddressSanitizer too; the reference kernel set uses the plain loop."""
+vectors; on AVX-512 eight per pass, dot8, when K is a multiple of 16 but not of 1024)
+agrees with the plain es_gemm_f32_ref to 1e-5 of the output's magnitude, with N and K not
+multiples of any vector width, in every build the runtime has, under AddressSanitizer too;
+the reference kernel set uses the plain loop."""
 
 from __future__ import annotations
 
@@ -16,6 +17,13 @@ CHECK = Path(__file__).parent / "c" / "gemm_f32_check.c"
 # M N K act: MobileNetV2's head, odd N and K (vector tails), K below one vector, batch 3
 CASES = [(1, 1000, 1280, 0), (1, 7, 37, 1), (3, 5, 3, 2), (2, 13, 129, 3), (1, 1, 1, 0),
          (4, 64, 16, 2)]
+# dot8: MobileNetV3-small's classifier (576 -> 1024 with hard-swish, 1024 -> 10), every N
+# from 1 to 19 (no block of 8, one and two, with 4-output and part-full tails after them),
+# K of one vector and of 1024 (rows 4 KB apart keep dot4), batches of rows
+HARDSWISH = 4  # ES_ACT_HARDSWISH
+CASES += [(1, 1024, 576, HARDSWISH), (1, 10, 1024, 0), (3, 40, 960, 1)]
+CASES += [(1 + n % 2, n, 16 * (1 + n % 3), n % 5) for n in range(1, 20)]
+CASES += [(2, 19, 1024, 2), (1, 13, 2048, 0), (1, 11, 48, HARDSWISH)]
 
 
 def _build(cc: str, flags: list[str], out: Path) -> Path:
