@@ -70,14 +70,19 @@ CASES = [(3, n, n % 2) for n in range(1, 81)] + [
     (576, 49, 0), (240, 196, 0), (96, 196, 0), (16, 3136, 0), (1152, 49, 0), (5, 1517, 1)]
 
 
+def _build(cc: str, flags: list[str], source: str, out: Path) -> Path:
+    """The check program ``source`` (C text) with pool_f32.c, in one build flavour."""
+    flags = [*flags, "-mfma"] if out.name.endswith("_avx2") else flags
+    src = out.with_suffix(".c")
+    src.write_text(source)
+    subprocess.run([cc, *flags, "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{RT}", str(src),
+                    str(RT / "kernels/pool_f32.c"), "-o", str(out), "-lm"], check=True)
+    return out
+
+
 @pytest.mark.parametrize(("name", "cc", "flags", "wrapper"), FLAVOURS)
 def test_global_average_pool_rows_match_a_double_sum(name, cc, flags, wrapper, tmp_path):
-    flags = [*flags, "-mfma"] if name == "avx2" else flags
-    src = tmp_path / "gap_check.c"
-    src.write_text(CHECK)
-    b = tmp_path / f"gap_{name}"
-    subprocess.run([cc, *flags, "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{RT}", str(src),
-                    str(RT / "kernels/pool_f32.c"), "-o", str(b), "-lm"], check=True)
+    b = _build(cc, flags, CHECK, tmp_path / f"gap_{name}")
     args = [str(v) for case in CASES for v in case]
     p = subprocess.run([*wrapper, str(b), *args], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, f"{name}: {p.stdout}{p.stderr}"
@@ -146,12 +151,7 @@ def maxpool_cases() -> list[tuple]:
 @pytest.mark.parametrize(("name", "cc", "flags", "wrapper"), FLAVOURS)
 def test_fast_maxpool_is_bit_identical_to_reference_on_swept_widths(name, cc, flags, wrapper,
                                                                     tmp_path):
-    flags = [*flags, "-mfma"] if name == "avx2" else flags
-    src = tmp_path / "maxpool_check.c"
-    src.write_text(MAXPOOL_CHECK)
-    b = tmp_path / f"maxpool_{name}"
-    subprocess.run([cc, *flags, "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{RT}", str(src),
-                    str(RT / "kernels/pool_f32.c"), "-o", str(b), "-lm"], check=True)
+    b = _build(cc, flags, MAXPOOL_CHECK, tmp_path / f"maxpool_{name}")
     for case in maxpool_cases():
         p = subprocess.run([*wrapper, str(b), *map(str, case)], capture_output=True, text=True,
                            timeout=60)
