@@ -679,7 +679,13 @@ static void dw_direct(const float *x, const float *w, const float *b, float *y,
  * input rewritten before each run as its producer would, p50 of 5 rounds x 30, load
  * 1.5-1.8: MobileNetV2's 32 x 112 x 112 s1 167 -> 153 us, 96 x 112 x 112 s2 217 -> 181,
  * 144 x 56 x 56 s1 194 -> 184, s2 75 -> 65, 192 x 28 x 28 0.96; planes of 16 or fewer
- * columns keep NB = 1 (14 x 14: 1.01-1.02, within the noise). */
+ * columns keep NB = 1 (14 x 14: 1.01-1.02, within the noise).
+ * 3 x 3 keeps its 9 weights as vectors (wk); 5 x 5 takes each weight as a broadcast operand
+ * of its FMA (wc, vfmadd231ps m32{1to16}): as 25 vectors on the stack the compiler read most
+ * of them back as 64-byte operands, two load ops each beside the taps' own loads. Kernel
+ * old/new alternating, p50 of 5 rounds x 30, load 1.6, EfficientNet-B0's 5 x 5: 672 x 14 x 14
+ * s1 175.6 -> 141.8 us, 480 x 14 x 14 125 -> 101, 240 x 28 x 28 s1 0.89, s2 0.85,
+ * 144 x 56 x 56 s2 0.91; 3 x 3 0.98-1.00; bit-identical. */
 /* stride 2: the 16 outputs' taps kw < K of one input row, columns c + kw, c + kw + 2, ...,
  * from three loads of 16 columns (c, c + 16, c + 32; m their masks) instead of two per
  * tap: the even and the odd columns of the first 32 are one permute each, and tap 2 j + q
@@ -706,9 +712,9 @@ ES_DW_INLINE void dwk_s2_taps(__m512 *v, const float *xr, int c, const unsigned 
                                                        14, 15, 16, 18), t);
 }
 
-ES_DW_INLINE void dwk_block(const float *xc, const __m512 *wk, __m512 bias, float *yc, int oh,
-                            int nr, int ow, const es_conv_params *p, const int K, const int S,
-                            const int R, const int NB) {
+ES_DW_INLINE void dwk_block(const float *xc, const __m512 *wk, const float *wc, __m512 bias,
+                            float *yc, int oh, int nr, int ow, const es_conv_params *p,
+                            const int K, const int S, const int R, const int NB) {
     const int ih0 = oh * S - p->PT, c0 = ow * S - p->PL, n = p->OW - ow;
     __m512 acc[2][ES_DWK_ROWS], v[2][5];
     unsigned long long m[2][5];
@@ -739,7 +745,11 @@ ES_DW_INLINE void dwk_block(const float *xc, const __m512 *wk, __m512 bias, floa
                 if (i - r * S >= 0 && i - r * S < K)
 #pragma GCC unroll 2
                     for (q = 0; q < NB; ++q)
-                        acc[q][r] = _mm512_fmadd_ps(v[q][kw], wk[(i - r * S) * K + kw], acc[q][r]);
+                        acc[q][r] = _mm512_fmadd_ps(
+                            v[q][kw],
+                            K == 3 ? wk[(i - r * S) * K + kw]
+                                   : _mm512_set1_ps(wc[(i - r * S) * K + kw]),
+                            acc[q][r]);
     }
     for (q = 0; q < NB; ++q)
         for (r = 0; r < nr; ++r)
@@ -751,16 +761,17 @@ ES_DW_INLINE void dwk_block(const float *xc, const __m512 *wk, __m512 bias, floa
 ES_DW_INLINE void dwk_plane(const float *xc, const float *wc, float b, float *yc,
                             const es_conv_params *p, const int K, const int S) {
     const int R = ES_DWK_ROWS;
-    __m512 wk[25];
+    __m512 wk[9];
     const __m512 bias = _mm512_set1_ps(b);
     int t, oh, ow;
-    for (t = 0; t < K * K; ++t) wk[t] = _mm512_set1_ps(wc[t]);
+    for (t = 0; t < (K == 3 ? 9 : 0); ++t) wk[t] = _mm512_set1_ps(wc[t]);
     for (oh = 0; oh < p->OH; oh += R) {
         const int nr = p->OH - oh < R ? p->OH - oh : R;
         ow = 0;
         if (K == 3)
-            for (; ow + 16 < p->OW; ow += 32) dwk_block(xc, wk, bias, yc, oh, nr, ow, p, K, S, R, 2);
-        for (; ow < p->OW; ow += 16) dwk_block(xc, wk, bias, yc, oh, nr, ow, p, K, S, R, 1);
+            for (; ow + 16 < p->OW; ow += 32)
+                dwk_block(xc, wk, wc, bias, yc, oh, nr, ow, p, K, S, R, 2);
+        for (; ow < p->OW; ow += 16) dwk_block(xc, wk, wc, bias, yc, oh, nr, ow, p, K, S, R, 1);
     }
 }
 
