@@ -685,7 +685,14 @@ static void dw_direct(const float *x, const float *w, const float *b, float *y,
  * of them back as 64-byte operands, two load ops each beside the taps' own loads. Kernel
  * old/new alternating, p50 of 5 rounds x 30, load 1.6, EfficientNet-B0's 5 x 5: 672 x 14 x 14
  * s1 175.6 -> 141.8 us, 480 x 14 x 14 125 -> 101, 240 x 28 x 28 s1 0.89, s2 0.85,
- * 144 x 56 x 56 s2 0.91; 3 x 3 0.98-1.00; bit-identical. */
+ * 144 x 56 x 56 s2 0.91; 3 x 3 0.98-1.00; bit-identical.
+ * At stride 1 the taps kw of a 16-column block are one shift (valignd) of two 16-column loads,
+ * the next block's loads shared, instead of a load per tap: 3 loads per input row for two
+ * 3 x 3 blocks, not 6. Kernel old/new alternating, p50 of 3 rounds x 30, load 1.9, two runs:
+ * 32 x 112 x 112 151 -> 142 us (0.93-0.94), 144 x 56 x 56 0.94-0.965, 192 x 28 x 28
+ * 0.95-0.96, 384 x 14 x 14 0.95-0.96, 5 x 5 240 x 28 x 28 0.905-0.94, 480 x 14 x 14
+ * 0.89-0.93; planes in L2 alike (8 x 112 x 112 0.94-0.96). The 3 x 3 gain hangs on register
+ * allocation: dwk_shift written as a switch spilled more and gave it back (0.99-1.05). */
 /* stride 2: the 16 outputs' taps kw < K of one input row, columns c + kw, c + kw + 2, ...,
  * from three loads of 16 columns (c, c + 16, c + 32; m their masks) instead of two per
  * tap: the even and the odd columns of the first 32 are one permute each, and tap 2 j + q
@@ -712,6 +719,18 @@ ES_DW_INLINE void dwk_s2_taps(__m512 *v, const float *xr, int c, const unsigned 
                                                        14, 15, 16, 18), t);
 }
 
+/* columns j .. j + 15 of the 32 in a (first 16) and b (next 16), j < 5; valignd takes its
+ * shift as an immediate, which -O0/-O1 builds do not fold through the inline call */
+#define ES_DWK_ALIGN(a, b, j)                                                              \
+    _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(b), _mm512_castps_si512(a), j))
+ES_DW_INLINE __m512 dwk_shift(__m512 a, __m512 b, const int j) {
+    return j == 1   ? ES_DWK_ALIGN(a, b, 1)
+           : j == 2 ? ES_DWK_ALIGN(a, b, 2)
+           : j == 3 ? ES_DWK_ALIGN(a, b, 3)
+           : j == 4 ? ES_DWK_ALIGN(a, b, 4)
+                    : a;
+}
+
 ES_DW_INLINE void dwk_block(const float *xc, const __m512 *wk, const float *wc, __m512 bias,
                             float *yc, int oh, int nr, int ow, const es_conv_params *p,
                             const int K, const int S, const int R, const int NB) {
@@ -721,22 +740,27 @@ ES_DW_INLINE void dwk_block(const float *xc, const __m512 *wk, const float *wc, 
     int i, kw, r, q;
     for (q = 0; q < NB; ++q)
         for (r = 0; r < R; ++r) acc[q][r] = bias;
-    for (q = 0; q < NB; ++q) /* stride 2: c0, c0 + 16, c0 + 32 */
+    for (q = 0; q < NB; ++q) /* 16-column loads from c0 + 16 q (stride 2: 32 q) on */
         for (kw = 0; kw < (S == 1 ? K : 3); ++kw)
-            m[q][kw] = S == 1 ? dwd_mask(c0 + 16 * q + kw, p->W, 1)
-                              : dwd_mask(c0 + 32 * q + 16 * kw, p->W, 1);
+            m[q][kw] = dwd_mask(c0 + (S == 1 ? 16 * (q + kw) : 32 * q + 16 * kw), p->W, 1);
 #pragma GCC unroll 24
     for (i = 0; i < (R - 1) * S + K; ++i) { /* input row ih0 + i */
         const float *xr;
         if (ih0 + i < 0 || ih0 + i >= p->H) continue; /* padding: adds zero */
         xr = xc + (size_t)(ih0 + i) * p->W;
+        if (S == 2)
 #pragma GCC unroll 2
-        for (q = 0; q < NB; ++q) {
-            if (S == 2) dwk_s2_taps(v[q], xr, c0 + 32 * q, m[q], K);
+            for (q = 0; q < NB; ++q) dwk_s2_taps(v[q], xr, c0 + 32 * q, m[q], K);
+        if (S == 1) { /* taps of block q from columns c0 + 16 q, one load per 16 columns */
+            const __m512 x0 = _mm512_maskz_loadu_ps((__mmask16)m[0][0], xr + c0);
+            const __m512 x1 = _mm512_maskz_loadu_ps((__mmask16)m[0][1], xr + c0 + 16);
 #pragma GCC unroll 8
-            for (kw = 0; kw < K; ++kw)
-                if (S == 1)
-                    v[q][kw] = _mm512_maskz_loadu_ps((__mmask16)m[q][kw], xr + c0 + 16 * q + kw);
+            for (kw = 0; kw < K; ++kw) v[0][kw] = dwk_shift(x0, x1, kw);
+            if (NB == 2) {
+                const __m512 x2 = _mm512_maskz_loadu_ps((__mmask16)m[0][2], xr + c0 + 32);
+#pragma GCC unroll 8
+                for (kw = 0; kw < K; ++kw) v[1][kw] = dwk_shift(x1, x2, kw);
+            }
         }
 #pragma GCC unroll 8
         for (kw = 0; kw < K; ++kw)
