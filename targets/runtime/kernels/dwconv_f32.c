@@ -651,18 +651,18 @@ static void dw_direct(const float *x, const float *w, const float *b, float *y,
 /* ---- AVX-512: 3 x 3 and 5 x 5, rows of the plane, taps fixed at compile time -----------
  * The direct rows above take KH, KW and the stride at run time, so every tap pays a loop
  * test, a branch per output row and a mask lookup; run on a stride-1 plane it was 1.2-1.5x
- * slower than the phases. Here the square K x K, stride-S (1 or 2) convs of the MobileNets
- * and EfficientNet get their own instances (dwk_block for each K, S): 3 x 3's 9 weights are
- * in registers, R output rows of 16 columns accumulate at once (R FMA chains, and an input
- * row read by several of them is loaded once: K + (R - 1) S rows for R K^2 multiplies),
- * and the row and tap loops unroll, so each tap is an FMA on a loaded or shifted row. R is 8
- * (ES_DWK_ROWS): against 4 rows, 0.78-0.92x the time on 3 x 3 and 0.79-0.83x on 5 x 5 at
- * stride 1 (5 x 5's 25 weights do not fit beside the accumulators: they are broadcast
- * operands, see dwk_block; 6 rows gained only 0.92x), about the same at stride 2. At
- * stride 2 one input row's taps come from three loads and permutes (dwk_s2_taps), not two loads and a permute per tap (as
- * dwd_load does): 0.80-0.84x the time on 5 x 5, 0.90-0.97x on 3 x 3. Lanes whose input
- * column falls in the padding or past the row are masked to zero as in dwd_load, and input
- * rows outside the plane are skipped. Any width, so it also takes the 14 x 14 and 28 x 28
+ * slower than the phases. Here the square K x K, stride-S (1 or 2) convs of the MobileNets and
+ * EfficientNet get their own instances (dwk_block for each K, S): 3 x 3's 9 weights are in
+ * registers, R output rows of 16 columns accumulate at once (R FMA chains, and an input row
+ * read by several of them is loaded once: K + (R - 1) S rows for R K^2 multiplies), and the
+ * row and tap loops unroll, so each tap is an FMA on a loaded or shifted row. R is 8
+ * (ES_DWK_ROWS): against 4 rows, 0.78-0.92x the time on 3 x 3 and 0.79-0.83x on 5 x 5 at stride
+ * 1 (5 x 5's 25 weights do not fit beside the accumulators: they are broadcast operands, see
+ * dwk_block; 6 rows gained only 0.92x), about the same at stride 2. At stride 2 one input
+ * row's taps come from three loads and permutes (dwk_s2_taps), not two loads and a permute
+ * per tap (as dwd_load does): 0.80-0.84x the time on 5 x 5, 0.90-0.97x on 3 x 3. Lanes whose
+ * input column falls in the padding or past the row are masked to zero as in dwd_load, and
+ * input rows outside the plane are skipped. Any width, so it also takes the 14 x 14 and 28 x 28
  * planes the phases ran at a third of this speed. */
 #define ES_DWK_ROWS 8
 #define ES_DWK(p)                                                                          \
