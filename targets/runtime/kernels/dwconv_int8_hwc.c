@@ -253,6 +253,19 @@ static inline unsigned stride_quads(int lo, int step) {
            ((((lo + 2) & m) == 0) ? 4u : 0u) | ((((lo + 3) & m) == 0) ? 8u : 0u);
 }
 
+/* z[g] lane k = dword g of lane k of b[0], b[1], b[2], b[3]: a 4x4 dword transpose within
+ * each 128-bit lane (two rounds of unpacks), the last step of both row loaders below */
+static inline void lanes_tr4x4(__m512i z[4], const __m512i b[4]) {
+    const __m512i t0 = _mm512_unpacklo_epi32(b[0], b[1]); /* dwords 0 of b0, b1, 1 of b0, b1 */
+    const __m512i t1 = _mm512_unpackhi_epi32(b[0], b[1]); /* 2 of b0, b1, 3 of b0, b1 */
+    const __m512i t2 = _mm512_unpacklo_epi32(b[2], b[3]);
+    const __m512i t3 = _mm512_unpackhi_epi32(b[2], b[3]);
+    z[0] = _mm512_unpacklo_epi64(t0, t2);
+    z[1] = _mm512_unpackhi_epi64(t0, t2);
+    z[2] = _mm512_unpacklo_epi64(t1, t3);
+    z[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
 /* z[g] = bytes i .. i+15 of 16 whole channel rows (src + c*cstride) as dwords, z[g] dword c
  * = bytes 4g .. 4g+3 of channel c: tr_dwords(load_rows(..)) for the common case, in fewer
  * cross-lane shuffles. Each 128-bit load is broadcast into its lane under a mask (a load
@@ -262,20 +275,12 @@ static inline void load_tr_dwords(__m512i z[4], const int8_t *src, size_t cstrid
     const __mmask16 lane[4] = {0x000f, 0x00f0, 0x0f00, 0xf000};
     __m512i b[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
                     _mm512_setzero_si512()};
-    __m512i t0, t1, t2, t3;
     int k, m;
     for (k = 0; k < 4; ++k) /* one pointer stepping through the channels */
         for (m = 0; m < 4; ++m, src += cstride)
             b[m] = _mm512_mask_broadcast_i32x4(b[m], lane[k],
                                                _mm_loadu_si128((const __m128i *)src));
-    t0 = _mm512_unpacklo_epi32(b[0], b[1]); /* per lane: dwords 0 of b0, b1, 1 of b0, b1 */
-    t1 = _mm512_unpackhi_epi32(b[0], b[1]); /* 2 of b0, b1, 3 of b0, b1 */
-    t2 = _mm512_unpacklo_epi32(b[2], b[3]);
-    t3 = _mm512_unpackhi_epi32(b[2], b[3]);
-    z[0] = _mm512_unpacklo_epi64(t0, t2);
-    z[1] = _mm512_unpackhi_epi64(t0, t2);
-    z[2] = _mm512_unpacklo_epi64(t1, t3);
-    z[3] = _mm512_unpackhi_epi64(t1, t3);
+    lanes_tr4x4(z, b);
 }
 
 /* load_tr_dwords with b[m] built from 128-bit loads paired into 256-bit halves (vinserti128
@@ -286,7 +291,6 @@ static inline void load_tr_dwords(__m512i z[4], const int8_t *src, size_t cstrid
  * it measured 1.02-1.07x, not understood, so those keep the broadcasts. */
 static inline void load_tr_dwords_ins(__m512i z[4], const int8_t *src, size_t cstride) {
     __m512i b[4];
-    __m512i t0, t1, t2, t3;
     int m;
     for (m = 0; m < 4; ++m) { /* lane k of b[m]: channel 4k + m */
         const int8_t *q = src + (size_t)m * cstride;
@@ -298,14 +302,7 @@ static inline void load_tr_dwords_ins(__m512i z[4], const int8_t *src, size_t cs
             _mm_loadu_si128((const __m128i *)(q + 12 * cstride)), 1);
         b[m] = _mm512_inserti64x4(_mm512_castsi256_si512(e0), e1, 1);
     }
-    t0 = _mm512_unpacklo_epi32(b[0], b[1]); /* as load_tr_dwords */
-    t1 = _mm512_unpackhi_epi32(b[0], b[1]);
-    t2 = _mm512_unpacklo_epi32(b[2], b[3]);
-    t3 = _mm512_unpackhi_epi32(b[2], b[3]);
-    z[0] = _mm512_unpacklo_epi64(t0, t2);
-    z[1] = _mm512_unpackhi_epi64(t0, t2);
-    z[2] = _mm512_unpacklo_epi64(t1, t3);
-    z[3] = _mm512_unpackhi_epi64(t1, t3);
+    lanes_tr4x4(z, b);
 }
 
 /* One padded row into a ring slot when DW = 1: column j is bytes j .. j+3 of the padded row
