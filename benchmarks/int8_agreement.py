@@ -64,7 +64,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import qdq_float64  # noqa: E402
 from edgesmith.targets import codegen, run  # noqa: E402
+from edgesmith.targets.graph import c_ident  # noqa: E402
 
 CFLAGS = "-O3 -march=native"  # the benchmark's build: the fast kernels are the ones judged
 ZOO_CNNS = ("mobilenetv2", "mobilenetv3_small", "resnet18", "efficientnet_b0")
@@ -356,8 +358,6 @@ def _vs_float64(m, q, x: np.ndarray, outs: dict[str, np.ndarray]) -> dict | None
     """Beside (b): each int8 output in ``outs`` against the QDQ graph evaluated in float64
     (benchmarks/qdq_float64.py: its float semantics without float32 rounding), i.e. which
     of C and onnxruntime computes what the graph means; None for an op it lacks."""
-    from benchmarks import qdq_float64
-
     try:
         ref = qdq_float64.run(m, x, [q.output[0]])[q.output[0]].astype(np.int32)
     except NotImplementedError as e:
@@ -395,11 +395,9 @@ def c_step_outputs(folder: Path, x: np.ndarray) -> tuple[list[str], dict, np.nda
 
 
 def c_buffer(tensor: str) -> str:
-    """The macro model.c names ``tensor``'s buffer with: codegen.buffer_names' rule, without
-    its numeric suffix (the Q outputs asked about have distinct names)."""
-    from edgesmith.targets.graph import c_ident
-
-    return "T_" + (re.sub("_+", "_", c_ident(tensor)).strip("_") or "t")
+    """The macro model.c names the buffer of ONNX value ``tensor`` with (codegen.buffer_macro
+    of its C identifier; the Q outputs asked about have distinct names, so no suffix)."""
+    return codegen.buffer_macro(c_ident(tensor))
 
 
 def first_divergence(m, folder: Path, x: np.ndarray, samples) -> list[dict]:

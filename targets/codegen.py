@@ -152,14 +152,19 @@ def _kernel_index() -> dict[str, str]:
     return idx
 
 
+def buffer_macro(tensor: str) -> str:
+    """The C macro model.c names a tensor's buffer with, before buffer_names makes it unique:
+    ``T_`` + the tensor's name (the ONNX value it holds, already a C identifier) without
+    leading, trailing or doubled underscores."""
+    return "T_" + (re.sub("_+", "_", tensor).strip("_") or "t")
+
+
 def buffer_names(g: Graph) -> dict[str, str]:
-    """Tensor -> the C macro model.c names its buffer with: ``T_`` + the tensor's name
-    (the ONNX value it holds, already a C identifier) without leading, trailing or doubled
-    underscores, made unique with a numeric suffix."""
+    """Tensor -> its buffer_macro, made unique with a numeric suffix."""
     names: dict[str, str] = {}
     taken: set[str] = set()
     for t in g.tensors:
-        base = "T_" + (re.sub("_+", "_", t).strip("_") or "t")
+        base = buffer_macro(t)
         name, k = base, 1
         while name in taken:
             k += 1

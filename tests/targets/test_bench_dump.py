@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import int8_agreement as agree  # noqa: E402
-from edgesmith.targets import run  # noqa: E402
+from edgesmith.targets import codegen, run  # noqa: E402
 
 
 def _model_h(folder: Path, name: str) -> int:
@@ -85,8 +85,6 @@ def test_a_step_planted_one_lsb_off_is_named_as_the_first_divergence(digits_qdq,
     """The finder can find: one conv's output zero point moved by 1 in the generated C
     must come out as that conv's step, its values 1 LSB off."""
     import onnx
-
-    from edgesmith.targets import codegen
 
     m = onnx.load(str(digits_qdq))
     folder = tmp_path / "bent"

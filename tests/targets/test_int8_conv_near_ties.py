@@ -21,6 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import int8_agreement as agree  # noqa: E402
+from benchmarks import qdq_float64  # noqa: E402
+from edgesmith.targets import codegen, run  # noqa: E402
 from tests.conftest import require_tools  # noqa: E402
 
 # the scales of EfficientNet-B0's features.2.1 projection (trained, 32x32), whose
@@ -72,8 +74,6 @@ def _int8(y: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("cflags", ["-O3 -march=native", "-O2"])
 def test_c_int8_conv_rounds_near_ties_as_the_exact_sum(seed, cflags, tmp_path):
     require_tools("cc", "make")
-    from edgesmith.targets import codegen, run
-
     m, x, exact = _near_tie_conv(seed)
     path = tmp_path / "near_ties.onnx"
     path.write_bytes(m.SerializeToString())
@@ -85,8 +85,6 @@ def test_c_int8_conv_rounds_near_ties_as_the_exact_sum(seed, cflags, tmp_path):
     assert np.array_equal(c, fused)  # onnxruntime's QLinearConv arithmetic, bit for bit
     assert np.array_equal(c, want), np.argwhere(c != want)
     # int8_agreement's float64 evaluation of the graph rounds them as the exact sum does
-    from benchmarks import qdq_float64
-
     assert np.array_equal(qdq_float64.run(m, x, ["yq"])["yq"][0].astype(np.int32), want)
     # the input has the bite it is kept for: a value the float path rounds the other way
     tie = np.abs(np.abs(exact - np.floor(exact)) - 0.5)
