@@ -163,7 +163,8 @@ def _eltwise(g: Graph, st: Step) -> bool:
         return False
     if c.fn == "es_binary_f32":
         b = c.args[4]
-        return (c.args[3] == "ES_B_ADD" and isinstance(b, dict) and b.get("ndim") == 1
+        return (c.args[3] in ("ES_B_ADD", "ES_B_ADD_RELU") and isinstance(b, dict)
+                and b.get("ndim") == 1
                 and b["sa"][0] == 1 and b["sb"][0] == 1)
     return c.fn in ADDS or len(st.inputs) == 1
 

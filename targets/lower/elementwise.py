@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..graph import Call, Ref, params
-from .common import bcast_params, clip_bounds, prod
+from .common import ACT, bcast_params, clip_bounds, fusable_act, prod, take_act
 from .registry import lowers
 
 if TYPE_CHECKING:
@@ -80,9 +80,13 @@ def binary(L: Lowerer, node) -> None:
                 and shapes[0][1] != shapes[0][-1]:
             shapes[1] = (shapes[1][0],) + (1,) * (len(shapes[0]) - 2)
     oshape = tuple(np.broadcast_shapes(shapes[0], shapes[1]))
-    y = L.new_tensor(node.output[0], oshape, "f32")
+    code, out = BINARY[op], node.output[0]
+    act = fusable_act(L, out) if op == "Add" else None
+    if act and act[0] == ACT["relu"]:  # a residual sum and its Relu: one pass, not two
+        code, out = "ES_B_ADD_RELU", take_act(L, out)[3]
+    y = L.new_tensor(out, oshape, "f32")
     inplace = bool(ins) and ins[0] == refs[0].name and shapes[0] == oshape
     L.add_step(node, ins, [y], [Call("es_binary_f32", [
-        refs[0], refs[1], Ref(y), BINARY[op], bcast_params(oshape, shapes[0], shapes[1])])],
+        refs[0], refs[1], Ref(y), code, bcast_params(oshape, shapes[0], shapes[1])])],
         inplace=inplace)
-    L.bind(node.output[0], y, oshape)
+    L.bind(out, y, oshape)

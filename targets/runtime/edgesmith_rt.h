@@ -178,8 +178,12 @@ enum {
     ES_U_TANH, ES_U_ELU, ES_U_SELU, ES_U_SOFTPLUS, ES_U_SOFTSIGN, ES_U_EXP, ES_U_NEG,
     ES_U_ABS, ES_U_SQRT, ES_U_LOG, ES_U_RECIPROCAL, ES_U_ERF, ES_U_FLOOR, ES_U_CEIL
 };
-/* binary ops */
-enum { ES_B_ADD, ES_B_SUB, ES_B_MUL, ES_B_DIV, ES_B_POW, ES_B_MAX, ES_B_MIN, ES_B_PRELU };
+/* binary ops; ES_B_ADD_RELU is Add then Relu in one pass (a residual block's sum, whose
+ * Relu was a second pass over the plane) */
+enum {
+    ES_B_ADD, ES_B_SUB, ES_B_MUL, ES_B_DIV, ES_B_POW, ES_B_MAX, ES_B_MIN, ES_B_PRELU,
+    ES_B_ADD_RELU
+};
 /* reductions */
 enum { ES_R_MEAN, ES_R_SUM, ES_R_MAX };
 /* resize: interpolation, ONNX coordinate_transformation_mode, ONNX nearest_mode */

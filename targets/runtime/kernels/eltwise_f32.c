@@ -61,6 +61,7 @@ static float binary1(float a, float b, int op) {
     case ES_B_MAX: return a > b ? a : b;
     case ES_B_MIN: return a < b ? a : b;
     case ES_B_PRELU: return a >= 0.0f ? a : a * b;
+    case ES_B_ADD_RELU: return a + b > 0.0f ? a + b : 0.0f;
     default: return a;
     }
 }
@@ -74,6 +75,11 @@ void es_binary_f32(const float *a, const float *b, float *y, int op, const es_bc
         int i;
         if (op == ES_B_ADD && sa == 1 && sb == 1) {
             for (i = 0; i < last; ++i) y[i] = a[ao + i] + b[bo + i];
+        } else if (op == ES_B_ADD_RELU && sa == 1 && sb == 1) {
+            for (i = 0; i < last; ++i) {
+                const float v = a[ao + i] + b[bo + i];
+                y[i] = v > 0.0f ? v : 0.0f;
+            }
         } else if (op == ES_B_ADD && sa == 1 && sb == 0) {
             const float bv = b[bo];
             for (i = 0; i < last; ++i) y[i] = a[ao + i] + bv;
