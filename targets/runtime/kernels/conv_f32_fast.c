@@ -83,8 +83,10 @@ static void im2col_f32(const float *x, float *col, int p0, int K, const es_conv_
 
 #if defined(__GNUC__)
 #define ES_ALWAYS_INLINE static inline __attribute__((always_inline))
+#define ES_NOINLINE static __attribute__((noinline))
 #else
 #define ES_ALWAYS_INLINE static inline
+#define ES_NOINLINE static
 #endif
 /* Channels per packed row, the stride of k. 16, not 8, for the small-plane kernel
  * (gemm_cl): its vectors are 16 channels, and two 8-channel rows K floats apart had to be
@@ -347,7 +349,11 @@ static void mk_f32_block(const float *col, const int32_t *off, int K, const floa
  * 14 x 14 0.88-0.91x, 3x3 128 -> 128 at 28 x 28 0.92-0.95x; at K 96 and 128 (1x1 96 -> 576,
  * 1x1 128 -> 256 stride 2, 14 x 14) 1.13x and 1.04x; with under 1/20 of the cells wasted
  * no gain (3x3 64 -> 128 stride 2 to 28 x 28, 3.5 %: 1.00-1.01x) or a loss (3x3 64 -> 64 at
- * 56 x 56, 3.4 %: 1.03x). */
+ * 56 x 56, 3.4 %: 1.03x). Those figures predate the chunks within rows (gemm_cl_rows): with
+ * them AVX-512 takes every padded or strided plane with K >= ES_F32_CL_K and whole
+ * ES_CL_CH blocks, whatever its size (ResNet-18-224's four 3x3 64 -> 64 at 56 x 56, per-step
+ * minima of 7 alternating rounds in the network: 2.12 -> 2.08 ms each; 3x3 64 -> 128 stride
+ * 2: 1.11 -> 1.08 ms). */
 #define ES_F32_CL_PK 1024
 #define ES_F32_CL_K 256
 
@@ -461,9 +467,9 @@ ES_ALWAYS_INLINE void cl_tile_n(const float *col, const int32_t *off, const int 
 
 /* one chunk of np <= ES_CL_NP pixels, np a constant in each case so the tile's
  * accumulators are registers */
-static void cl_tile(const float *col, const int32_t *off, const int *g, int K,
-                    const float *const *wb, const float *bb, float *t, int np,
-                    const es_conv_params *p) {
+ES_ALWAYS_INLINE void cl_tile_np(const float *col, const int32_t *off, const int *g, int K,
+                                 const float *const *wb, const float *bb, float *t, int np,
+                                 const es_conv_params *p) {
     switch (np) {
 #if ES_CL_NP > 6
     case 9: cl_tile_n(col, off, g, K, wb, bb, t, p, 9); break;
@@ -479,6 +485,24 @@ static void cl_tile(const float *col, const int32_t *off, const int *g, int K,
     case 2: cl_tile_n(col, off, g, K, wb, bb, t, p, 2); break;
     default: cl_tile_n(col, off, g, K, wb, bb, t, p, 1); break;
     }
+}
+
+/* pixel j of the chunk at grid cell g[j]: a chunk across row ends */
+static void cl_tile(const float *col, const int32_t *off, const int *g, int K,
+                    const float *const *wb, const float *bb, float *t, int np,
+                    const es_conv_params *p) {
+    cl_tile_np(col, off, g, K, wb, bb, t, np, p);
+}
+
+/* pixel j of the chunk at cell j of col: a chunk within one row, col moved to its first
+ * cell. g is a constant here, so the offsets fold into the broadcasts' addresses: per k
+ * one base for all pixels, where g[j] cost an index add per pixel and, past the free
+ * registers, a reload from the stack. Tile alone on L1-resident rows, K 576: 56 -> 58
+ * GMAC/s, 99 % of this CPU's 512-bit FMA peak (58.3-58.8 GMAC/s, one vfmadd231ps a cycle). */
+static void cl_tile_row(const float *col, const int32_t *off, int K, const float *const *wb,
+                        const float *bb, float *t, int np, const es_conv_params *p) {
+    static const int seq[9] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+    cl_tile_np(col, off, seq, K, wb, bb, t, np, p);
 }
 
 /* ---- out of the tile: channel r < nr of a chunk's np pixels (t[j ES_CL_CH + r]) to y + r ys
@@ -581,11 +605,47 @@ static int pixel_cells(int n) {
  * 2.5, pixel path over gemm_cl at 14 x 14 (12 of 208 cells wasted): 1x1 480 -> 80 (16 of 96
  * rows wasted) 0.90x, 672 -> 112 0.94x, 480 -> 112 0.94x, 288 -> 48 0.83x; whole groups of
  * 32 stay with gemm_cl: 384 -> 64 1.09x, 576 -> 96 1.07x, 3x3 256 -> 256 1.12x. */
-static int use_cl(int P, int n, int K, int M) {
+static int use_cl(int P, int n, int K, int M, int OW) {
     const int cells = pixel_cells(n), mc = (M + ES_CL_CH - 1) / ES_CL_CH * ES_CL_CH;
     if (P <= ES_F32_CL_P) return (n + 15) / 16 * 16 != P;
+#if defined(__AVX512F__)
+    if (K >= ES_F32_CL_K && OW >= ES_CL_NP && n != P && M % ES_CL_CH == 0)
+        return 1; /* any size: rows of whole chunks (gemm_cl_rows), no cell wasted */
+#else
+    (void)OW;
+#endif
     return P <= ES_F32_CL_PK && K >= ES_F32_CL_K && 20 * (cells - P) >= cells &&
            (mc - M) * cells < (cells - P) * mc;
+}
+
+/* gemm_cl on rows of at least ES_CL_NP outputs: each row in equal chunks of at most
+ * ES_CL_NP consecutive pixels (cl_tile_row), none across a row end. Out of line: inlined
+ * into gemm_cl it changed that function's register allocation, and the 7 x 7 planes'
+ * chunks (ResNet-18's layer4, which stay in gemm_cl) ran 4-5 % slower. */
+ES_NOINLINE void gemm_cl_rows(const float *col, const int32_t *off, int K, const float *wp,
+                              const float *b, float *y, int P, int OW, int WQ,
+                              const es_conv_params *p) {
+    const int M = p->M, nblk = (M + ES_F32_WB - 1) / ES_F32_WB;
+    const int rc = (OW + ES_CL_NP - 1) / ES_CL_NP, rb = OW / rc, rx = OW % rc;
+    int m0, i, r, c, p0, oh, ow;
+    for (m0 = 0; m0 < M; m0 += ES_CL_CH) {
+        const int nr = M - m0 < ES_CL_CH ? M - m0 : ES_CL_CH;
+        const float *wb[ES_CL_CH / ES_F32_WB];
+        float bb[ES_CL_CH], t[ES_CL_NP * ES_CL_CH];
+        for (i = 0; i < ES_CL_CH / ES_F32_WB; ++i) { /* rows past M read row 0, unused */
+            const int blk = m0 / ES_F32_WB + i;
+            wb[i] = wp + (size_t)(blk < nblk ? blk : 0) * K * ES_F32_WB;
+        }
+        for (r = 0; r < ES_CL_CH; ++r) bb[r] = r < nr ? b[m0 + r] : 0.0f;
+        for (oh = 0, p0 = 0; oh < P / OW; ++oh)
+            for (c = 0, ow = 0; c < rc; ++c) {
+                const int np = rb + (c < rx);
+                cl_tile_row(col + (size_t)oh * WQ + ow, off, K, wb, bb, t, np, p);
+                tile_out(t, np, nr, y + (size_t)m0 * P + p0, (size_t)P);
+                p0 += np;
+                ow += np;
+            }
+    }
 }
 
 /* y[m][o] for every m < M and output o < P, o = oh OW + ow read at grid cell oh WQ + ow of
@@ -595,6 +655,10 @@ static void gemm_cl(const float *col, const int32_t *off, int K, const float *wp
     const int M = p->M, nblk = (M + ES_F32_WB - 1) / ES_F32_WB;
     const int nc = (P + ES_CL_NP - 1) / ES_CL_NP, base = P / nc, extra = P % nc;
     int m0, i, r, c, j, p0;
+    if (OW >= ES_CL_NP) {
+        gemm_cl_rows(col, off, K, wp, b, y, P, OW, WQ, p);
+        return;
+    }
     for (m0 = 0; m0 < M; m0 += ES_CL_CH) {
         const int nr = M - m0 < ES_CL_CH ? M - m0 : ES_CL_CH;
         const float *wb[ES_CL_CH / ES_F32_WB];
@@ -677,7 +741,7 @@ static void gemm_direct(const float *x, const float *w, const float *b, float *s
         off[k] = k * P;
         off32[k] = k * ES_F32_TP;
     }
-    if (use_cl(P, P, K, p->M)) {
+    if (use_cl(P, P, K, p->M, P)) {
         gemm_cl(x, off, K, w, b, y, P, P, P, p);
         return;
     }
@@ -762,7 +826,7 @@ static void gemm_phases(const float *x, const float *w, const float *b, float *s
     memset(row, 0, sizeof(float) * (size_t)WQ * SW);
     for (c = 0; c < C; ++c)
         es_f32_phases(ph + (size_t)c * cs, row, x + (size_t)c * p->H * p->W, p, HQ, WQ, pq);
-    if (use_cl(P, n, K, p->M)) {
+    if (use_cl(P, n, K, p->M, OW)) {
         gemm_cl(ph, off, K, w, b, y, P, OW, WQ, p);
         return;
     }
