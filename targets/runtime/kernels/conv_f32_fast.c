@@ -618,6 +618,20 @@ static int use_cl(int P, int n, int K, int M, int OW) {
            (mc - M) * cells < (cells - P) * mc;
 }
 
+/* the packed weight rows and the biases of output channels [m0, m0 + ES_CL_CH), of which
+ * the returned count are real (rows past M read row 0 and their lanes are not stored) */
+static int cl_block(const float *wp, const float *b, int K, int M, int m0, const float **wb,
+                    float *bb) {
+    const int nr = M - m0 < ES_CL_CH ? M - m0 : ES_CL_CH, nblk = (M + ES_F32_WB - 1) / ES_F32_WB;
+    int i, r;
+    for (i = 0; i < ES_CL_CH / ES_F32_WB; ++i) {
+        const int blk = m0 / ES_F32_WB + i;
+        wb[i] = wp + (size_t)(blk < nblk ? blk : 0) * K * ES_F32_WB;
+    }
+    for (r = 0; r < ES_CL_CH; ++r) bb[r] = r < nr ? b[m0 + r] : 0.0f;
+    return nr;
+}
+
 /* gemm_cl on rows of at least ES_CL_NP outputs: each row in equal chunks of at most
  * ES_CL_NP consecutive pixels (cl_tile_row), none across a row end. Out of line: inlined
  * into gemm_cl it changed that function's register allocation, and the 7 x 7 planes'
@@ -625,18 +639,12 @@ static int use_cl(int P, int n, int K, int M, int OW) {
 ES_NOINLINE void gemm_cl_rows(const float *col, const int32_t *off, int K, const float *wp,
                               const float *b, float *y, int P, int OW, int WQ,
                               const es_conv_params *p) {
-    const int M = p->M, nblk = (M + ES_F32_WB - 1) / ES_F32_WB;
-    const int rc = (OW + ES_CL_NP - 1) / ES_CL_NP, rb = OW / rc, rx = OW % rc;
-    int m0, i, r, c, p0, oh, ow;
+    const int M = p->M, rc = (OW + ES_CL_NP - 1) / ES_CL_NP, rb = OW / rc, rx = OW % rc;
+    int m0, c, p0, oh, ow;
     for (m0 = 0; m0 < M; m0 += ES_CL_CH) {
-        const int nr = M - m0 < ES_CL_CH ? M - m0 : ES_CL_CH;
         const float *wb[ES_CL_CH / ES_F32_WB];
         float bb[ES_CL_CH], t[ES_CL_NP * ES_CL_CH];
-        for (i = 0; i < ES_CL_CH / ES_F32_WB; ++i) { /* rows past M read row 0, unused */
-            const int blk = m0 / ES_F32_WB + i;
-            wb[i] = wp + (size_t)(blk < nblk ? blk : 0) * K * ES_F32_WB;
-        }
-        for (r = 0; r < ES_CL_CH; ++r) bb[r] = r < nr ? b[m0 + r] : 0.0f;
+        const int nr = cl_block(wp, b, K, M, m0, wb, bb);
         for (oh = 0, p0 = 0; oh < P / OW; ++oh)
             for (c = 0, ow = 0; c < rc; ++c) {
                 const int np = rb + (c < rx);
@@ -652,22 +660,16 @@ ES_NOINLINE void gemm_cl_rows(const float *col, const int32_t *off, int K, const
  * each K row col + off[k] */
 static void gemm_cl(const float *col, const int32_t *off, int K, const float *wp, const float *b,
                     float *y, int P, int OW, int WQ, const es_conv_params *p) {
-    const int M = p->M, nblk = (M + ES_F32_WB - 1) / ES_F32_WB;
-    const int nc = (P + ES_CL_NP - 1) / ES_CL_NP, base = P / nc, extra = P % nc;
-    int m0, i, r, c, j, p0;
+    const int M = p->M, nc = (P + ES_CL_NP - 1) / ES_CL_NP, base = P / nc, extra = P % nc;
+    int m0, c, j, p0;
     if (OW >= ES_CL_NP) {
         gemm_cl_rows(col, off, K, wp, b, y, P, OW, WQ, p);
         return;
     }
     for (m0 = 0; m0 < M; m0 += ES_CL_CH) {
-        const int nr = M - m0 < ES_CL_CH ? M - m0 : ES_CL_CH;
         const float *wb[ES_CL_CH / ES_F32_WB];
         float bb[ES_CL_CH], t[ES_CL_NP * ES_CL_CH];
-        for (i = 0; i < ES_CL_CH / ES_F32_WB; ++i) { /* rows past M read row 0, unused */
-            const int blk = m0 / ES_F32_WB + i;
-            wb[i] = wp + (size_t)(blk < nblk ? blk : 0) * K * ES_F32_WB;
-        }
-        for (r = 0; r < ES_CL_CH; ++r) bb[r] = r < nr ? b[m0 + r] : 0.0f;
+        const int nr = cl_block(wp, b, K, M, m0, wb, bb);
         for (c = 0, p0 = 0; c < nc; ++c) {
             const int np = base + (c < extra);
             int g[ES_CL_NP];
