@@ -24,7 +24,8 @@ void es_quantize_f32_i8(const float *x, int8_t *y, int n, float scale, int zp) {
 #endif
     for (; i < n; ++i) {
         float v = rintf(x[i] / scale) + (float)zp;
-        y[i] = (int8_t)(v < -128.0f ? -128.0f : (v > 127.0f ? 127.0f : v));
+        y[i] = (int8_t)(v > 127.0f ? 127.0f : (v >= -128.0f ? v : -128.0f)); /* NaN: -128, as
+                                                                                the vectors */
     }
 }
 
