@@ -23,6 +23,10 @@ KEYS = ("C", "H", "W", "KH", "KW", "SH", "SW", "PT", "PL", "PB", "PR", "DH", "DW
 CASES = [
     (32, 112, 112, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2),  # MobileNetV2's first, ReLU6
     (96, 56, 56, 3, 3, 2, 2, 0, 0, 1, 1, 1, 1, 2),    # TF-style stride 2 (pad after only)
+    # 5x5 planes with bands of 8 output rows clear of the padding (AVX-512: the test-free
+    # instance) between the edge bands, and unequal padding
+    (6, 37, 29, 5, 5, 1, 1, 2, 1, 0, 2, 1, 1, 5),     # stride 1, sigmoid
+    (5, 45, 41, 5, 5, 2, 2, 1, 2, 2, 1, 1, 1, 6),     # stride 2, SiLU
     (17, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1),      # a plane narrower than a vector
     (5, 7, 7, 5, 5, 2, 2, 2, 2, 2, 2, 1, 1, 0),       # 5x5 stride 2 on an odd plane
     (3, 13, 11, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 3),     # stride 3, leaky ReLU

@@ -56,7 +56,10 @@ def sweep_cases() -> list[tuple]:
             (17, 9, 28, 5, 1, 2, 2, 2, 2, 1, 6), (2, 7, 58, 5, 1, 1, 3, 0, 1, 2, 0),
             (3, 10, 112, 3, 1, 1, 0, 2, 1, 1, 6), (2, 11, 113, 5, 1, 2, 1, 0, 2, 1, 2),
             (3, 32, 30, 3, 2, 1, 1, 1, 1, 1, 2), (2, 34, 40, 3, 2, 0, 1, 1, 0, 1, 6),
-            (2, 17, 40, 5, 2, 2, 1, 2, 2, 1, 3)):
+            (2, 17, 40, 5, 2, 2, 1, 2, 2, 1, 3),
+            # bands of 8 output rows clear of the padding between the edge bands, each K, S
+            (3, 40, 30, 3, 1, 1, 1, 1, 1, 1, 2), (3, 41, 35, 3, 2, 1, 1, 0, 1, 1, 1),
+            (2, 37, 29, 5, 1, 2, 1, 0, 2, 1, 5), (2, 45, 41, 5, 2, 1, 2, 2, 1, 1, 6)):
         out.append((c, h, w, k, k, s, s, pt, pl, pb, pr, 1, dw_, act))
     # what the compile-time rows leave to the direct rows (3x5, 7x7, dilated along the row)
     # and to the phases (dilated rows, a row past ES_DWD_MAXOW, stride 3)
@@ -81,9 +84,17 @@ def _path(g: dict) -> str:
     return "phases"
 
 
+def _clear_band(g: dict) -> bool:
+    """Whether a block of ES_DWK_ROWS output rows reads no padding row (dwk_inner): the
+    compile-time rows then run their test-free instance there."""
+    return any(0 <= oh * g["SH"] - g["PT"] and oh * g["SH"] - g["PT"] + (DWK_ROWS - 1) * g["SH"]
+               + g["KH"] <= g["H"] for oh in range(0, g["OH"], DWK_ROWS))
+
+
 def test_the_sweep_reaches_every_path():
     """Every path gets cases, the compile-time rows with every K, S and every count of rows
-    in the last block (ES_DWK_ROWS)."""
+    in the last block (ES_DWK_ROWS), and with every K, S on a plane with a block clear of
+    the padding."""
     geos = [_geo(c) for c in sweep_cases()]
     paths = [_path(g) for g in geos]
     rows = [g for g, p in zip(geos, paths, strict=True) if p == "rows"]
@@ -91,6 +102,8 @@ def test_the_sweep_reaches_every_path():
     assert paths.count("phases") >= 3 and len(rows) >= 40
     assert {(g["KH"], g["SH"], g["OH"] % DWK_ROWS) for g in rows} >= {
         (k, s, r) for k in (3, 5) for s in (1, 2) for r in range(DWK_ROWS)}
+    assert {(g["KH"], g["SH"]) for g in rows if _clear_band(g)} == {(3, 1), (3, 2), (5, 1),
+                                                                    (5, 2)}
     assert all(g["OH"] >= 1 and g["OW"] >= 1 for g in geos)
     assert len({(g["PT"], g["PB"]) for g in geos if g["PT"] != g["PB"]}) > 2
 
