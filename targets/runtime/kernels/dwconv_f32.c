@@ -802,30 +802,33 @@ static inline int dwk_inner(int oh, const es_conv_params *p, int K, int S) {
     return ih0 >= 0 && ih0 + (ES_DWK_ROWS - 1) * S + K <= p->H;
 }
 
+/* the nr <= R output rows from oh of one channel, every column: 3 x 3 two 16-column blocks
+ * at a time, then one */
+ES_DW_INLINE void dwk_band(const float *xc, const __m512 *wk, const float *wc, __m512 bias,
+                           float *yc, int oh, int nr, const es_conv_params *p, const int K,
+                           const int S, const int IN) {
+    int ow = 0;
+    if (K == 3)
+        for (; ow + 16 < p->OW; ow += 32)
+            dwk_block(xc, wk, wc, bias, yc, oh, nr, ow, p, K, S, ES_DWK_ROWS, 2, IN);
+    for (; ow < p->OW; ow += 16)
+        dwk_block(xc, wk, wc, bias, yc, oh, nr, ow, p, K, S, ES_DWK_ROWS, 1, IN);
+}
+
 ES_DW_INLINE void dwk_plane(const float *xc, const float *wc, float b, float *yc,
                             const es_conv_params *p, const int K, const int S,
                             const int BANDS) {
     const int R = ES_DWK_ROWS;
     __m512 wk[9];
     const __m512 bias = _mm512_set1_ps(b);
-    int t, oh, ow;
+    int t, oh;
     for (t = 0; t < (K == 3 ? 9 : 0); ++t) wk[t] = _mm512_set1_ps(wc[t]);
     for (oh = 0; oh < p->OH; oh += R) {
         const int nr = p->OH - oh < R ? p->OH - oh : R;
-        ow = 0;
-        if (BANDS && dwk_inner(oh, p, K, S)) { /* no padding row: the test-free rows */
-            if (K == 3)
-                for (; ow + 16 < p->OW; ow += 32)
-                    dwk_block(xc, wk, wc, bias, yc, oh, nr, ow, p, K, S, R, 2, 1);
-            for (; ow < p->OW; ow += 16)
-                dwk_block(xc, wk, wc, bias, yc, oh, nr, ow, p, K, S, R, 1, 1);
-            continue;
-        }
-        if (K == 3)
-            for (; ow + 16 < p->OW; ow += 32)
-                dwk_block(xc, wk, wc, bias, yc, oh, nr, ow, p, K, S, R, 2, 0);
-        for (; ow < p->OW; ow += 16)
-            dwk_block(xc, wk, wc, bias, yc, oh, nr, ow, p, K, S, R, 1, 0);
+        if (BANDS && dwk_inner(oh, p, K, S)) /* no padding row: the test-free rows */
+            dwk_band(xc, wk, wc, bias, yc, oh, nr, p, K, S, 1);
+        else
+            dwk_band(xc, wk, wc, bias, yc, oh, nr, p, K, S, 0);
     }
 }
 
