@@ -21,11 +21,17 @@ import hashlib
 import secrets
 import shlex
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-import asyncssh
+# cryptography 47 deprecates DSA, and asyncssh names the DSA types at import time, so
+# every `edgesmith` run that reaches this module printed five CryptographyDeprecationWarning
+# lines about asyncssh's own code: nothing a user can act on (edgesmith offers no DSA keys)
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", module=r"asyncssh\.")
+    import asyncssh
 
 from edgesmith.errors import DeviceError, ProfileError
 from edgesmith.profiles.schema import Ssh, check_ssh_host, check_ssh_user
