@@ -83,8 +83,15 @@ def test_fixed_point_requantization_builds_agree_with_onnxruntime(work, digits_q
     out = generate(mnv2_qdq, work / "mnv2_c_fixed", precision="int8", requant="fixed")
     x, _ = mnv2.sample_data(64, seed=11)
     y, ref = run.run(out, x), ort_run(mnv2_qdq, x)
-    assert _within(y, ref, output_scale(mnv2_qdq)) >= 0.95
-    assert float((y.argmax(1) == ref.argmax(1)).mean()) >= 0.995
+    lsb = output_scale(mnv2_qdq)
+    assert _within(y, ref, lsb) >= 0.95
+    # top-1 only where onnxruntime's own top two are more than 2 LSB apart: the two rounding
+    # rules differ by up to an LSB per value, so a closer pair may swap by right (one of 64
+    # samples, at a 1.0 LSB margin, did on an Intel Xeon; 62 of 64 stand clear)
+    top2 = np.sort(ref, axis=1)[:, -2:]
+    clear = (top2[:, 1] - top2[:, 0]) > 2 * lsb
+    assert clear.sum() >= 48, "too few samples with a clear top-1 to judge agreement"
+    assert bool((y.argmax(1) == ref.argmax(1))[clear].all())
 
 
 def _u8_qdq(fp32, calib_x, out):
