@@ -34,7 +34,14 @@ def conv_case(rng: np.random.Generator, i: int, max_c: int, extra) -> list[int]:
 # Geometries that once broke a fast path, run before the random ones. A tile of 16 pixels
 # whose last row segment (1 pixel) lies wholly in the 2-column left padding: im2col zeroed
 # past the segment, into the blocked GEMM's partial sums (and, unblocked, past scratch).
-EDGE_CASES = [[15, 13, 15, 18, 5, 5, 1, 1, 2, 2, 1, 1, 1, -43, 44, 13, 15]]
+EDGE_CASES = [[15, 13, 15, 18, 5, 5, 1, 1, 2, 2, 1, 1, 1, -43, 44, 13, 15],
+              # stride-2 direct walks that read one row phase or one column phase only,
+              # which es_conv2d_i8_dot alone makes: a 1x1 (ResNet's downsampling shortcut,
+              # phase (0, 0) alone; an odd padded plane), rows dilated by 2 (even row phase,
+              # both column phases), rows and columns dilated by 2
+              [64, 15, 15, 32, 1, 1, 2, 2, 0, 0, 1, 1, 1, -3, 45, 8, 8],
+              [20, 13, 17, 24, 3, 3, 2, 2, 2, 1, 2, 1, 1, -5, 46, 7, 9],
+              [24, 13, 17, 20, 3, 3, 2, 2, 2, 2, 2, 2, 1, 17, 47, 7, 9]]
 # Wide convs on small planes, where es_conv2d_i8_cl puts output channels in the lanes: two
 # 16-channel blocks per tile, an odd last block (M = 48, 40), C not a multiple of 4 or 16,
 # stride 2, dilation, a partial last tile of pixels (5x7, 3x3) and a 1x1 on 2x2.

@@ -153,18 +153,31 @@ static void deal_row(uint32_t *restrict even, uint32_t *restrict odd,
     }
 }
 
+/* even[q] = row[2q] for q < ceil(Wp / 2): deal_row where no tap reads the odd columns */
+static void even_row(uint32_t *restrict even, const uint32_t *restrict row, int Wp) {
+    int q;
+    for (q = 0; q < (Wp + 1) / 2; ++q) even[q] = row[2 * q];
+}
+
 /* The padded input as planes of uint8 channel quads: word (c4, r, q) holds the bytes
  * x[4*c4 + i][r - PT][q - PL] + 128 for in-bounds pixels, x_zp + 128 elsewhere (padding
  * reads as x = x_zp) and for the channels past C of the last quad (their weights are zero;
  * those lanes read channel 4*c4 and are masked to pad). With S == 1 the plane of quad c4
  * is xt[c4][r][q]; with S == 2 it is split into phases, xt[c4][r % 2][q % 2][r / 2][q / 2],
- * each row built whole in rowbuf first and dealt out by column parity. */
+ * each row built whole in rowbuf first and dealt out by column parity. Tap (kh, kw) reads
+ * row phase kh*DH % 2 and column phase kw*DW % 2, so the odd row phase is made only when
+ * some kh*DH is odd (DH odd and KH > 1), the odd column phase likewise: a 1x1 stride-2
+ * conv (ResNet's downsampling shortcut) reads phase (0, 0) alone, and the other three,
+ * three quarters of the conversion, are never written (a last tile's unused lanes may read
+ * them; what they compute is not stored). */
 static void to_quads_u8(const int8_t *x, uint32_t *xt, uint32_t *rowbuf, const es_dot_plan *d,
                         const es_conv_params *p) {
     const int H = p->H, W = p->W, Wp = d->Wp, PL = p->PL, S = d->S;
     const size_t phase = (size_t)d->Hq * d->Wq, plane = phase * S * S;
     const uint32_t pad4 = (uint8_t)(p->x_zp + 128) * 0x01010101u;
     const int lo = PL < Wp ? PL : Wp, hi = PL + W < Wp ? PL + W : Wp;
+    const int odd_rows = S == 2 && (p->DH & 1) && p->KH > 1;
+    const int odd_cols = S == 2 && (p->DW & 1) && p->KW > 1;
     int c4, r, q, i;
     for (c4 = 0; c4 < d->C4; ++c4) {
         const uint32_t keep =
@@ -187,11 +200,11 @@ static void to_quads_u8(const int8_t *x, uint32_t *xt, uint32_t *rowbuf, const e
             quads_row(xc, (size_t)d->Hp * Wp, src[0], src[1], src[2], src[3], keep, pad4);
             continue;
         }
-        if (S == 2 && (d->Hp & 1)) /* phase rows 1 hold one row fewer: pad the last */
+        if (odd_rows && (d->Hp & 1)) /* phase rows 1 hold one row fewer: pad the last */
             for (q = 0; q < 2 * d->Wq; ++q)
                 xc[2 * phase + (size_t)(q / d->Wq) * phase + (size_t)(d->Hq - 1) * d->Wq +
                    q % d->Wq] = pad4;
-        for (r = 0; r < d->Hp; ++r) {
+        for (r = 0; r < d->Hp; r += S == 2 && !odd_rows ? 2 : 1) {
             const int ih = r - p->PT;
             uint32_t *dst = S == 1 ? xc + (size_t)r * Wp : rowbuf;
             const size_t row = (size_t)ih * W;
@@ -213,7 +226,10 @@ static void to_quads_u8(const int8_t *x, uint32_t *xt, uint32_t *rowbuf, const e
             }
             if (S == 2) { /* deal the row out to its two column phases */
                 uint32_t *even = xc + (size_t)(r & 1) * 2 * phase + (size_t)(r >> 1) * d->Wq;
-                deal_row(even, even + phase, rowbuf, Wp, pad4);
+                if (odd_cols)
+                    deal_row(even, even + phase, rowbuf, Wp, pad4);
+                else
+                    even_row(even, rowbuf, Wp);
             }
         }
     }
