@@ -59,14 +59,17 @@ class Kernel:
     """What the generator knows of a C kernel beyond its name, stated once next to the
     lowering that picks it: the scratch bytes it needs for its parameters (Python, for the
     planner) and the edgesmith_rt.h macro that states the same size (C, checked against
-    the plan when model.c compiles), and whether it reads / writes the dot kernel's
-    uint8 channel-quad planes (es_conv_params x_quads / y_quads)."""
+    the plan when model.c compiles), whether it reads / writes the dot kernel's
+    uint8 channel-quad planes (es_conv_params x_quads / y_quads), and whether it reads /
+    writes the depthwise kernel's pixel quads (x_pquads / y_pquads)."""
 
     fn: str
     scratch: Callable[[dict], int] | None = None
     scratch_c: Callable[[dict], str] | None = None
     reads_quads: bool = False
     writes_quads: bool = False
+    reads_pquads: bool = False
+    writes_pquads: bool = False
 
 
 @dataclass

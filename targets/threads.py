@@ -165,7 +165,10 @@ def _split_step(g: Graph, st: Step, n: int, min_macs: int) -> Split | None:
         return None
     if _macs(p, rule.dense) < min_macs:
         return None
-    ranges = _ranges(p["N"] if rule.dense else p["M"], rule.align, n)
+    # an output in pixel quads is cut on its 16-channel blocks, where slice m0 starts at
+    # byte m0 * OH * OW as in CHW
+    align = max(rule.align, 16) if p.get("y_pquads") else rule.align
+    ranges = _ranges(p["N"] if rule.dense else p["M"], align, n)
     if len(ranges) < 2:
         return None
     calls = [_slice_call(g, c, lo, hi, rule, k) for k, (lo, hi) in enumerate(ranges)]

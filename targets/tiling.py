@@ -174,13 +174,18 @@ def _is_4d(g: Graph, t: str) -> bool:
     return len(s) == 4 and s[0] == 1
 
 
+def _reads_layout(p: dict) -> bool:
+    """Whether conv params ``p`` read a hand-over layout (channel or pixel quads), not CHW."""
+    return bool(p.get("x_quads") or p.get("x_pquads"))
+
+
 def find_segment(g: Graph) -> tuple[int, list[Step], list[int]]:
     """(index of the first step, the steps that could run per patch, the lengths at which
     the segment is closed). It starts at the first conv (or the QuantizeLinear of the input
     right before it) and runs while each step is a conv or a same-shape element-wise step
     reading only the segment's input or tensors it made."""
     first = next((i for i, st in enumerate(g.steps) if conv_params(st) is not None), None)
-    if first is None or conv_params(g.steps[first]).get("x_quads"):
+    if first is None or _reads_layout(conv_params(g.steps[first])):
         return 0, [], []
     start = first
     prev = g.steps[first - 1] if first else None
@@ -201,13 +206,13 @@ def find_segment(g: Graph) -> tuple[int, list[Step], list[int]]:
             break
         if p is None and any(t in writes_quads for t in st.inputs):
             break  # element-wise steps read plain CHW
-        if p is not None and p.get("x_quads") and st.inputs[0] not in writes_quads:
+        if p is not None and _reads_layout(p) and st.inputs[0] not in writes_quads:
             break
         if p is not None and any(t in writes_quads for t in st.inputs[1:]):
             break  # a fused Add's skip is plain CHW
         seg.append(st)
         made.add(st.outputs[0])
-        if p is not None and p.get("y_quads"):
+        if p is not None and (p.get("y_quads") or p.get("y_pquads")):
             writes_quads.add(st.outputs[0])
     readers: dict[str, int] = {}
     for i, st in enumerate(g.steps):
@@ -254,8 +259,10 @@ def _one_patch(g: Graph, seg: list[Step], tens: list[str], r: int, c: int,
         if p is not None:
             r0, r1, pt = _back(w[0], w[1], p["H"], p["SH"], p["PT"], p["KH"], p["DH"])
             c0, c1, pl = _back(w[2], w[3], p["W"], p["SW"], p["PL"], p["KW"], p["DW"])
+            # pixel quads need whole quads per row, which a patch's window does not have:
+            # inside a segment the pair hands over CHW again (find_segment keeps pairs whole)
             params[k] = {**p, "H": r1 - r0, "W": c1 - c0, "OH": w[1] - w[0],
-                         "OW": w[3] - w[2], "PT": pt, "PL": pl}
+                         "OW": w[3] - w[2], "PT": pt, "PL": pl, "x_pquads": 0, "y_pquads": 0}
             needs[k] = [(r0, r1, c0, c1)] + [w] * (len(st.inputs) - 1)  # (x, skip)
         else:
             needs[k] = [w] * len(st.inputs)

@@ -6,7 +6,9 @@ where edgesmith_rt.h states the same size as a macro. Each ``Kernel`` below name
 writes the macro call that states them, and codegen emits a compile-time check in model.c
 that every planned scratch is at least its macro, so a drift between the two fails the
 build instead of overrunning the arena. The quad flags say which kernels read or write
-es_conv2d_i8_dot's uint8 channel-quad planes (passes.hand_over_quads).
+es_conv2d_i8_dot's uint8 channel-quad planes (passes.hand_over_quads), the pixel-quad
+flags which read or write es_dwconv2d_i8_hwc's input rows as they are (passes.
+hand_over_pixel_quads).
 """
 
 from __future__ import annotations
@@ -79,6 +81,21 @@ def dw_hwc_scratch(p: dict) -> int:
     obc = (rb * ow + 15) // 16 * 16
     return (64 * (kh + b - 1) * wp + (16 * ((wp + 3 * dw + 15) // 16 * 16) if dw > 1 else 0)
             + 16 * obc + 64 * kh * ((kw + 1) // 2 + 1) + 4 * (3 * kh + b - 1))
+
+
+def dw_hwc_whole_plane(p: dict) -> bool:
+    """Whether es_dwconv2d_i8_hwc (AVX-512 VNNI) holds a block's whole padded plane in its
+    ring (plane_taps); mirrors ``whole`` there: rows batched (B > 1), every padded row the
+    taps read within the KH + B - 1 slots, the outputs within one output transpose."""
+    kh, kw, dh, dw, w = p["KH"], p["KW"], p["DH"], p["DW"], p["W"]
+    b = 16 // math.gcd(w, 16)
+    b = (b if b * w <= 64 else 64 // w) if dh == 1 and (dw == 1 or kw == 1) and w <= 24 else 1
+    rb = 16 // math.gcd(p["OW"], 16)
+    rb = rb if rb * p["OW"] <= 128 else 1 if p["OW"] >= 16 else (15 + p["OW"]) // p["OW"]
+    obc = (rb * p["OW"] + 15) // 16 * 16
+    hr = (p["OH"] - 1) * p["SH"] + (kh - 1) * dh + 1
+    n = p["OH"] * p["OW"]
+    return b > 1 and hr <= kh + b - 1 and n <= obc and n <= 128
 
 
 def dw_f32_lanes(p: dict) -> bool:
@@ -196,7 +213,7 @@ CONV_I8_GEMM = Kernel(
 CONV_I8_DOT = Kernel(
     "es_conv2d_i8_dot", dot_i8_scratch,
     lambda p: f"ES_I8_DOT_SCRATCH({_args(p, *_GEO)}, {int(p.get('x_quads', 0))})",
-    reads_quads=True)
+    reads_quads=True, writes_pquads=True)
 # the same with a residual add in its epilogue (fuse_int8.py): same walk, same scratch
 CONV_I8_DOT_ADD = Kernel(
     "es_conv2d_i8_dot_add", dot_i8_scratch,
@@ -209,13 +226,14 @@ CONV_I8_CL = Kernel("es_conv2d_i8_cl", cl_i8_scratch,
 CONV_I8_STEM = Kernel(
     "es_conv2d_i8_stem", stem_i8_scratch,
     lambda p: "ES_I8_STEM_SCRATCH({})".format(
-        _args(p, "C", "OH", "OW", "KH", "KW", "SH", "SW", "DH", "DW")))
+        _args(p, "C", "OH", "OW", "KH", "KW", "SH", "SW", "DH", "DW")),
+    writes_pquads=True)
 # int8 depthwise in 16-channel HWC blocks
 DWCONV_I8_HWC = Kernel(
     "es_dwconv2d_i8_hwc", dw_hwc_scratch,
     lambda p: "ES_I8_DW_HWC_SCRATCH({}, {})".format(
         _args(p, "KH", "KW", "DH", "DW", "W", "OW"), padded(p)[1]),
-    writes_quads=True)
+    writes_quads=True, reads_pquads=True)
 # float32: the reference needs no scratch; the GEMM offsets and the stride phases of the
 # padded input (or an im2col tile, in place), depthwise one channel's phases
 CONV_F32 = Kernel("es_conv2d_f32")

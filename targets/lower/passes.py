@@ -1,12 +1,13 @@
 """Whole-graph passes over a lowered INT8 graph, run by ``ir.lower`` in the order of
 ``INT8_PASSES`` once every node is lowered (a pass sees producers and readers that a
-per-node lowering cannot): the depthwise -> 1x1 quad hand-over, then conv + residual Add
-fusion (fuse_int8.py)."""
+per-node lowering cannot): the depthwise -> 1x1 quad hand-over, the 1x1 -> depthwise
+pixel-quad hand-over, then conv + residual Add fusion (fuse_int8.py)."""
 
 from __future__ import annotations
 
 from ..graph import Graph, Step
 from .fuse_int8 import fuse_conv_add
+from .kernels import dw_hwc_whole_plane
 
 
 def _single_kernel_call(st: Step):
@@ -21,6 +22,14 @@ def _reads_planes_in_place(p: dict) -> bool:
             == (1, 1, 1, 1, 0, 0) and (p["OH"], p["OW"]) == (p["H"], p["W"]))
 
 
+def _readers(g: Graph) -> dict[str, int]:
+    readers: dict[str, int] = {}
+    for st in g.steps:
+        for t in st.inputs:
+            readers[t] = readers.get(t, 0) + 1
+    return readers
+
+
 def hand_over_quads(g: Graph) -> int:
     """Depthwise conv -> 1x1 conv pairs (an inverted residual block's middle) that keep the
     tensor between them in es_conv2d_i8_dot's input layout, uint8 channel-quad planes
@@ -30,10 +39,7 @@ def hand_over_quads(g: Graph) -> int:
     reader's kernel can read them, the 1x1 conv is the tensor's one reader and reads it in
     place (stride 1, unpadded, batch 1) and the channels fill whole quads. The tensor gets
     64 bytes of slack, which the dot kernel's last tile may read. Returns the count."""
-    readers: dict[str, int] = {}
-    for st in g.steps:
-        for t in st.inputs:
-            readers[t] = readers.get(t, 0) + 1
+    readers = _readers(g)
     producer = {t: st for st in g.steps for t in st.outputs}
     n = 0
     for st in g.steps:
@@ -55,4 +61,54 @@ def hand_over_quads(g: Graph) -> int:
     return n
 
 
-INT8_PASSES = (hand_over_quads, fuse_conv_add)
+def _writes_pixel_quads(fn: str, p: dict) -> bool:
+    """Whole blocks of 16 output channels, and tiles of output pixels that start on whole
+    quads: the stem's (rows of OW pixels, and the reader's rows are whole quads), a 1x1,
+    stride-1, unpadded conv's on the dot kernel (output pixel j is flattened position j;
+    a padded walk's tiles start wherever its rows' segments do)."""
+    return not p["M"] % 16 and (fn == "es_conv2d_i8_stem" or _reads_planes_in_place(p))
+
+
+def _reads_pixel_quads(p: dict) -> bool:
+    """A depthwise conv over whole 16-channel blocks whose rows are whole quads, with
+    undilated columns (its row loader reads 4 consecutive columns per dword), and not one
+    that holds its whole plane in the ring (that path batches rows, which pixel quads
+    would cost it)."""
+    return (not p["C"] % 16 and not p["W"] % 4 and p["DW"] == 1
+            and not dw_hwc_whole_plane(p))
+
+
+def hand_over_pixel_quads(g: Graph) -> int:
+    """1x1 conv or stem -> depthwise conv pairs (an inverted residual block's expansion and
+    its depthwise layer, a MobileNet's stem and its first one) that keep the tensor between
+    them in the depthwise kernel's input layout, pixel quads (es_conv_params y_pquads /
+    x_pquads): 16 channels x 4 consecutive pixels per 64 bytes, +128, so the depthwise row
+    loader reads each 4-column dword of 16 channels as it is instead of transposing 16
+    channel rows of CHW (the larger part of a stride-2 depthwise layer on a 48-wide
+    plane), and the producer packs four channels' rows per vector and stores 32 bytes per
+    quad after one qword permute per two quads. Only where the producer runs on
+    the dot or stem kernel (the same tiles), the depthwise conv is the tensor's one reader,
+    and both sides meet the layout's conditions above. Returns the count."""
+    readers = _readers(g)
+    producer = {t: st for st in g.steps for t in st.outputs}
+    n = 0
+    for st in g.steps:
+        call = _single_kernel_call(st)
+        if call is None or not call.kernel.reads_pquads:
+            continue
+        p = call.args[-1]
+        x = st.inputs[0]
+        src = producer.get(x)
+        src_call = _single_kernel_call(src) if src is not None else None
+        if (src_call is None or not src_call.kernel.writes_pquads or readers.get(x) != 1
+                or g.tensors[x].kind != "act" or x in g.outputs
+                or not _writes_pixel_quads(src_call.fn, src_call.args[-1])
+                or not _reads_pixel_quads(p)):
+            continue
+        p["x_pquads"] = 1
+        src_call.args[-1]["y_pquads"] = 1
+        n += 1
+    return n
+
+
+INT8_PASSES = (hand_over_quads, hand_over_pixel_quads, fuse_conv_add)

@@ -101,6 +101,15 @@ typedef struct {
      * neither transposes it to CHW and back; x_quads needs a 1x1, stride-1, unpadded conv
      * and y_quads a channel count that is a multiple of 4. */
     int32_t x_quads, y_quads;
+    /* int8 only: y (es_conv2d_i8_dot) or x (es_dwconv2d_i8_hwc) is not CHW but the
+     * depthwise kernel's own input layout, pixel quads: 16 channels x 4 consecutive pixels
+     * to 64 bytes, byte (c, j) at ((c / 16) * P + j - j % 4) * 16 + (c % 16) * 4 + j % 4
+     * for pixel j of P, holding x + 128, so a depthwise row loader reads each dword of 4
+     * columns x 16 channels as it is and transposes nothing. The generator hands an
+     * expanding 1x1 conv's output to the depthwise conv after it this way (both need 16
+     * whole channel blocks and rows of whole quads: y_pquads a 1x1, stride-1, unpadded
+     * conv, x_pquads DW = 1). */
+    int32_t x_pquads, y_pquads;
 } es_conv_params;
 
 typedef struct {

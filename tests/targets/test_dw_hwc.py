@@ -27,6 +27,15 @@ FIXED = [(16, 32, 32, 3, 1, 1, 1), (96, 32, 32, 3, 2, 1, 1), (144, 16, 16, 3, 1,
          (1152, 7, 7, 5, 1, 2, 1), (40, 6, 6, 3, 1, 1, 1), (24, 1, 1, 3, 1, 1, 1)]
 
 
+# inputs handed over as pixel quads by an expanding 1x1 conv (x_pquads: odd seeds, C a
+# multiple of 16, W of 4): MobileNetV2's 112-, 48-, 24- and 12-wide layers at both strides,
+# a 5x5, a 4x4 plane (which leaves the whole-plane path) and a stride-2 row the padded row
+# cuts short (8 wide, unpadded: the last quad's last byte lies past Wp)
+PQ_FIXED = [(32, 112, 112, 3, 1, 1, 1), (96, 48, 48, 3, 2, 1, 1), (144, 24, 24, 3, 1, 1, 1),
+            (144, 24, 24, 3, 2, 1, 1), (192, 12, 12, 3, 1, 1, 1), (48, 20, 20, 5, 2, 2, 1),
+            (64, 4, 4, 3, 1, 1, 1), (16, 8, 8, 3, 2, 0, 1)]
+
+
 def _out(size: int, before: int, after: int, span: int, stride: int) -> int:
     return (size + before + after - span) // stride + 1
 
@@ -58,6 +67,10 @@ def _cases(n: int, seed: int = 0):
         span = d * (k - 1) + 1
         yield [c, h, w, c, k, k, s, s, pad, pad, d, d, c, int(rng.integers(-128, 128)),
                1000 + i, _out(h, pad, pad, span, s), _out(w, pad, pad, span, s)]
+    for i, (c, h, w, k, s, pad, d) in enumerate(PQ_FIXED):
+        span = d * (k - 1) + 1
+        yield [c, h, w, c, k, k, s, s, pad, pad, d, d, c, int(rng.integers(-128, 128)),
+               2001 + 2 * i, _out(h, pad, pad, span, s), _out(w, pad, pad, span, s)]
     for i in range(n):
         yield dw_case(rng, i)
 
@@ -69,12 +82,14 @@ def _build(cc: str, flags: list[str], out: Path) -> Path:
     return out
 
 
-def _run_all(binary: Path, wrapper: list[str], cases) -> None:
+def _run_all(binary: Path, wrapper: list[str], cases) -> int:
     """Runs every case; the scratch size the check program used (ES_I8_DW_HWC_SCRATCH)
-    must be the one the generator plans for (lower/int8.py dw_hwc_scratch)."""
+    must be the one the generator plans for (lower/int8.py dw_hwc_scratch). Returns how
+    many ran on pixel quads."""
     from edgesmith.targets.lower.kernels import dw_hwc_scratch
 
     keys = ["C", "H", "W", "M", "KH", "KW", "SH", "SW", "PT", "PL", "DH", "DW", "group"]
+    pq = 0
     for args in cases:
         p = subprocess.run([*wrapper, str(binary), *map(str, args)], capture_output=True,
                            text=True, timeout=60)
@@ -82,6 +97,8 @@ def _run_all(binary: Path, wrapper: list[str], cases) -> None:
             f"{binary.name} {args}: {p.stdout}{p.stderr}"
         geo = dict(zip(keys, args[:13], strict=True)) | {"OH": args[15], "OW": args[16]}
         assert int(p.stdout.split()[2]) == dw_hwc_scratch(geo), (args, p.stdout)
+        pq += p.stdout.split()[3:] == ["pq"]
+    return pq
 
 
 # plain C: the kernel's SSE2 transposes switched off as well, so every loop is the C one
@@ -101,7 +118,8 @@ AVX512_VBMI2 = pytest.param(
 def test_hwc_depthwise_is_bit_identical_to_reference_and_stays_in_scratch(
         name, cc, flags, wrapper, tmp_path):
     b = _build(cc, flags, tmp_path / f"dw_hwc_{name}")
-    _run_all(b, wrapper, _cases(20 if wrapper else 60))
+    # every pixel-quad case ran on pixel quads
+    assert _run_all(b, wrapper, _cases(20 if wrapper else 60)) >= len(PQ_FIXED)
 
 
 SANITIZE = ["-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
@@ -121,4 +139,4 @@ SANITIZE = ["-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=
                                           reason="this CPU has no AVX-512 VNNI and VBMI2"))])
 def test_hwc_depthwise_runs_clean_under_address_and_undefined_sanitizers(simd, tmp_path):
     b = _build("cc", [*SANITIZE, *simd], tmp_path / "dw_hwc_asan")
-    _run_all(b, [], _cases(12, seed=3))
+    assert _run_all(b, [], _cases(12, seed=3)) >= len(PQ_FIXED)

@@ -60,9 +60,29 @@ WIDE_CASES = [[64, 4, 4, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 5, 101, 4, 4],
               [67, 11, 10, 20, 3, 3, 2, 2, 1, 1, 1, 1, 1, 3, 111, 6, 5]]
 
 
+# Expanding 1x1 convs that hand their output to a depthwise conv as pixel quads (y_pquads):
+# 16-channel blocks, planes of whole quads with whole 32-pixel tile pairs and a partial
+# last tile (6x12: 72 pixels), one tile of 16 or fewer (4x4, 2x6), seeds that draw both
+# requantisations (fp32 and fixed point).
+PQUAD_CASES = [[24, 6, 12, 32, 1, 1, 1, 1, 0, 0, 1, 1, 1, -9, 201, 6, 12],
+               [16, 8, 8, 48, 1, 1, 1, 1, 0, 0, 1, 1, 1, 100, 202, 8, 8],
+               [16, 8, 8, 48, 1, 1, 1, 1, 0, 0, 1, 1, 1, -128, 203, 8, 8],
+               [7, 4, 4, 16, 1, 1, 1, 1, 0, 0, 1, 1, 1, 3, 204, 4, 4],
+               [33, 2, 6, 64, 1, 1, 1, 1, 0, 0, 1, 1, 1, -70, 205, 2, 6],
+               [12, 12, 12, 96, 1, 1, 1, 1, 0, 0, 1, 1, 1, 21, 206, 12, 12]]
+
+
+def _pquads(args: list[int]) -> bool:
+    """Whether conv_fast_check also runs es_conv2d_i8_dot into pixel quads on ``args``."""
+    c, h, w, m, kh, kw, sh, sw, pt, pl, _, _, group = args[:13]
+    return ((kh, kw, sh, sw, pt, pl, group) == (1, 1, 1, 1, 0, 0, 1) and m % 16 == 0
+            and (h * w) % 4 == 0 and (args[15], args[16]) == (h, w))
+
+
 def _cases(n: int, seed: int = 0):
     yield from EDGE_CASES
     yield from WIDE_CASES
+    yield from PQUAD_CASES
     rng = np.random.default_rng(seed)
     for i in range(n):
         yield conv_case(rng, i, 24, lambda r, _: int(r.integers(-128, 128)))
@@ -107,6 +127,7 @@ def test_fast_int8_conv_is_bit_identical_to_reference(name, cc, flags, wrapper, 
         p = subprocess.run([*wrapper, str(b), *map(str, args)], capture_output=True, text=True,
                            timeout=60)
         assert p.returncode == 0, f"{name} {args}: {p.stdout}{p.stderr}"
+        assert ("dot_pquads" in p.stdout) == _pquads(args), (args, p.stdout)
 
 
 def test_fast_int8_conv_stays_inside_its_scratch_under_asan(tmp_path):
@@ -279,3 +300,54 @@ def test_depthwise_hands_quad_planes_to_the_next_1x1_conv(work, digits_qdq, digi
     p = subprocess.run([str(h), "slice", "4"], capture_output=True, text=True, cwd=out,
                        timeout=300)
     assert p.returncode == 0 and '"same": 1' in p.stdout, p.stdout + p.stderr
+
+
+@pytest.mark.skipif(not _cpu_has("avx512_vnni"), reason="this CPU has no AVX-512 VNNI")
+def test_expansions_hand_pixel_quads_to_their_depthwise_convs(work, mnv2_qdq, mnv2):
+    """Built for AVX-512 VNNI, the MobileNetV2-style net's expanding 1x1 convs write their
+    output as pixel quads (y_pquads) and the depthwise conv after each reads its rows as
+    they are (x_pquads); a tensor with a second reader (the stem's, which a residual Add
+    also reads) stays CHW. The outputs are byte for byte the portable build's (no
+    hand-over there), with the heavy steps cut over 2 threads too (the dot kernel's slices
+    then start on 16-channel blocks) and with the first layers run in patches, and the
+    build runs clean under ASan + UBSan."""
+    from edgesmith.targets import codegen, run
+    from edgesmith.targets.ir import lower
+    from edgesmith.targets.isa import VNNI
+    from tests.targets._helpers import compile_harness, generate
+
+    g = lower(mnv2_qdq, "int8", VNNI)
+    made = {st.outputs[0]: c for st in g.steps for c in st.calls
+            if isinstance(c.args[-1], dict) and c.args[-1].get("y_pquads")}
+    read = [st.inputs[0] for st in g.steps for c in st.calls
+            if isinstance(c.args[-1], dict) and c.args[-1].get("x_pquads")]
+    assert len(read) >= 4 and sorted(read) == sorted(made)
+    assert all(c.fn == "es_conv2d_i8_dot" for c in made.values())
+    stem = next(st for st in g.steps if st.calls[0].fn == "es_conv2d_i8_stem")
+    assert not stem.calls[0].args[-1].get("y_pquads")  # read by the dw conv and an Add
+    x, _ = mnv2.sample_data(32, seed=5)
+    ref = run.run(generate(mnv2_qdq, work / "mnv2_pq_portable", precision="int8"), x)
+    for threads in (1, 2):
+        out = generate(mnv2_qdq, work / f"mnv2_pq_vnni_t{threads}", precision="int8",
+                       cflags="-O3 -march=native", threads=threads)
+        text = (out / "model.c").read_text()
+        assert ".x_pquads = 1" in text and ".y_pquads = 1" in text
+        assert np.array_equal(run.run(out, x), ref), threads
+    h = compile_harness(out, out / "harness_san", ["-O1", "-g", "-march=native",
+                                                   "-fsanitize=address,undefined",
+                                                   "-fno-sanitize-recover=all"])
+    p = subprocess.run([str(h), "slice", "4"], capture_output=True, text=True, cwd=out,
+                       timeout=300)
+    assert p.returncode == 0 and '"same": 1' in p.stdout, p.stdout + p.stderr
+    # patch-based: inside the tiled segment the pairs hand over CHW (a patch's rows need not be
+    # whole quads; stripes of full rows would be), outside it they keep pixel quads
+    arena = codegen.from_onnx(mnv2_qdq, work / "mnv2_pq_plan", precision="int8",
+                              cflags="-O3 -march=native").plan.arena_bytes
+    out = work / "mnv2_pq_tiled"
+    gen = codegen.from_onnx(mnv2_qdq, out, precision="int8", cflags="-O3 -march=native",
+                            arena_budget=int(arena * 0.7))
+    assert gen.plan.tiling["applied"]
+    text = (out / "model.c").read_text()
+    assert ".x_pquads = 1" in text and text.count(".y_pquads = 1") < len(made)
+    run.build(out)
+    assert np.array_equal(run.run(out, x), ref)

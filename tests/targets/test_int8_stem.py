@@ -53,7 +53,11 @@ FIXED = [[3, 97, 97, 32, 3, 3, 2, 2, 1, 1, 1, 1, -3, 900, 49, 49],
          [2, 3, 40, 9, 3, 3, 1, 1, 0, 1, 1, 1, -128, 903, 1, 40],
          [1, 28, 28, 1, 5, 5, 1, 1, 2, 2, 1, 1, 0, 904, 28, 28],
          [3, 8, 34, 16, 3, 3, 1, 1, 0, 0, 1, 1, 5, 905, 6, 32],
-         [3, 8, 35, 24, 3, 3, 1, 1, 0, 0, 1, 1, 5, 906, 6, 33]]
+         [3, 8, 35, 24, 3, 3, 1, 1, 0, 0, 1, 1, 5, 906, 6, 33],
+         # output into pixel quads (y_pquads, 16k channels, rows of whole quads):
+         # MobileNetV2-96's stem, and rows of 24 whose tiles straddle them
+         [3, 96, 96, 32, 3, 3, 2, 2, 1, 1, 1, 1, -11, 907, 48, 48],
+         [3, 17, 24, 16, 3, 3, 1, 1, 1, 1, 1, 1, -7, 908, 17, 24]]
 
 
 def _cases(n: int, seed: int):
@@ -94,6 +98,8 @@ def test_stem_conv_is_bit_identical_to_reference_on_odd_shapes(name, cc, flags, 
         p = subprocess.run([*wrapper, str(b), *map(str, args)], capture_output=True, text=True,
                            timeout=60)
         assert p.returncode == 0, f"{name} {args}: {p.stdout}{p.stderr}"
+        # the pixel-quad output is checked wherever its conditions hold
+        assert ("stem_pquads" in p.stdout) == (args[3] % 16 == 0 and args[15] % 4 == 0)
 
 
 def test_stem_conv_stays_inside_its_scratch_and_the_generator_sizes_it_alike(tmp_path):

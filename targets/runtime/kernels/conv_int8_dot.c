@@ -34,7 +34,11 @@
  * carried between them, when that needs less scratch than one whole tile (the arena is
  * sized by the largest scratch). es_i8_dot_plan (edgesmith_rt.h) decides; without VNNI
  * the same tile loops run in plain C. With x_quads (a 1x1 conv right after a depthwise
- * conv that wrote its output as these planes, y_quads) the conversion is skipped. */
+ * conv that wrote its output as these planes, y_quads) the conversion is skipped. With
+ * y_pquads (a 1x1 conv, or the stem below, whose one reader is a depthwise conv) the output
+ * is that kernel's input layout, pixel quads: the tile's rows are packed four to a vector,
+ * so that each 128-bit lane is one quad's dwords, and stored 32 bytes per quad
+ * (put8x16_pquads). */
 #include <string.h>
 
 #include "../edgesmith_rt.h"
@@ -281,6 +285,23 @@ typedef struct {
     int nseg, lane[TP], len[TP], pix[TP];
 } dot_block;
 
+/* where byte (channel m, pixel j) of an output in pixel quads (y_pquads, es_conv_params)
+ * lies: block m / 16 of P * 16 bytes, the 64 bytes of pixels j - j % 4 .. j - j % 4 + 3,
+ * the dword of channel m % 16, byte j % 4 */
+static size_t pquad_at(int m, int j, int P) {
+    return ((size_t)(m / 16) * P + (size_t)(j - j % 4)) * 16 + (size_t)(m % 16) * 4 +
+           (size_t)(j % 4);
+}
+
+/* requantised lanes to their output pixels of channel m when y is pixel quads: a byte
+ * at a time (the tiles a fast path does not take: a plane's last pixels, fixed point) */
+static void store_lanes_pquads(const dot_block *b, const int8_t *v, int8_t *y, int m, int P) {
+    int s, l;
+    for (s = 0; s < b->nseg; ++s)
+        for (l = 0; l < b->len[s]; ++l)
+            y[pquad_at(m, b->pix[s] + l, P)] = (int8_t)(v[b->lane[s] + l] ^ 0x80);
+}
+
 #if defined(ES_DOT_VNNI)
 /* 4 weight bytes as one int32 (memcpy: the weights are int8 storage) */
 static int32_t quad(const int8_t *w) {
@@ -298,9 +319,10 @@ static __m512i start(const dot_block *b, const int32_t *bias, int m) {
  * clamp bounds and zero point broadcast once (per row they cost as much as the rest) */
 typedef struct {
     const int32_t *mult, *shift;
-    int32_t fp32, y_zp, qmin, qmax;
+    int32_t fp32, y_zp, qmin, qmax, pquads;
     __m512 lo, hi;
     __m512i zp, zp16, qmin8, qmax8;
+    __m512i zp16u, qmin8u, qmax8u; /* y_pquads: y_zp + 128 and the byte bounds + 128 */
 } dot_out;
 
 static dot_out out_consts(const int32_t *mult, const int32_t *shift, const es_conv_params *p) {
@@ -308,6 +330,7 @@ static dot_out out_consts(const int32_t *mult, const int32_t *shift, const es_co
     o.mult = mult;
     o.shift = shift;
     o.fp32 = p->rq == ES_RQ_FP32;
+    o.pquads = p->y_pquads;
     o.y_zp = p->y_zp;
     o.qmin = p->qmin;
     o.qmax = p->qmax;
@@ -317,6 +340,9 @@ static dot_out out_consts(const int32_t *mult, const int32_t *shift, const es_co
     o.zp16 = _mm512_set1_epi16((short)p->y_zp);
     o.qmin8 = _mm512_set1_epi8((char)p->qmin);
     o.qmax8 = _mm512_set1_epi8((char)p->qmax);
+    o.zp16u = _mm512_set1_epi16((short)(p->y_zp + 128));
+    o.qmin8u = _mm512_set1_epi8((char)(p->qmin + 128));
+    o.qmax8u = _mm512_set1_epi8((char)(p->qmax + 128));
     return o;
 }
 
@@ -464,12 +490,66 @@ static inline void put2x32_f32(int pix, __m512i a0, __m512i a1, __m512i b0, __m5
     _mm256_storeu_si256((__m256i *)(ym + P + pix), _mm512_extracti64x4_epi64(v, 1));
 }
 
+/* Rows 0..3 of one whole tile (r0..r3, 16 pixels each, scales sv lanes l0..l0+3) for pixel
+ * quads (y_pquads): requantised as put2x32_f32 does, but packed four rows of one tile
+ * together, so that 128-bit lane l holds the four rows' dwords of pixel quad l, and the
+ * y_zp added as y_zp + 128 before an unsigned pack: the bytes come out as x + 128, the
+ * layout's own, with no flip (saturating x + 128 to 0..255 is saturating x to -128..127,
+ * moved). */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline __m512i pack4x16_pquads(__m512i r0, __m512i r1, __m512i r2, __m512i r3,
+                                      __m512 sv, int l0, const dot_out *o, const int below1) {
+    __m512i p01, p23, v;
+    if (below1) {
+        p01 = _mm512_packs_epi32(
+            _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_cvtepi32_ps(r0), scale_of(sv, l0))),
+            _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_cvtepi32_ps(r1), scale_of(sv, l0 + 1))));
+        p23 = _mm512_packs_epi32(
+            _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_cvtepi32_ps(r2), scale_of(sv, l0 + 2))),
+            _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_cvtepi32_ps(r3), scale_of(sv, l0 + 3))));
+    } else {
+        p01 = _mm512_packs_epi32(es_rqf16_hi_avx512(r0, scale_of(sv, l0), o->hi),
+                                 es_rqf16_hi_avx512(r1, scale_of(sv, l0 + 1), o->hi));
+        p23 = _mm512_packs_epi32(es_rqf16_hi_avx512(r2, scale_of(sv, l0 + 2), o->hi),
+                                 es_rqf16_hi_avx512(r3, scale_of(sv, l0 + 3), o->hi));
+    }
+    v = _mm512_packus_epi16(_mm512_adds_epi16(p01, o->zp16u), _mm512_adds_epi16(p23, o->zp16u));
+    v = _mm512_max_epu8(v, o->qmin8u);
+    return below1 ? _mm512_min_epu8(v, o->qmax8u) : v;
+}
+
+/* The 8 rows of one tile into its 4 pixel quads: x holds rows 0..3 and z rows 4..7 as
+ * pack4x16_pquads leaves them, so quad l is lane l of x then lane l of z, 32 bytes at the
+ * rows' half of the quad's 64 (yq: quad 0's). One two-source qword permute pairs the lanes
+ * for two quads at a time. */
+static inline void put8x16_pquads(__m512i x, __m512i z, int8_t *yq) {
+    const __m512i q01 = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
+    const __m512i q23 = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+    const __m512i a = _mm512_permutex2var_epi64(x, q01, z), b = _mm512_permutex2var_epi64(x, q23, z);
+    _mm256_storeu_si256((__m256i *)yq, _mm512_castsi512_si256(a));
+    _mm256_storeu_si256((__m256i *)(yq + 64), _mm512_extracti64x4_epi64(a, 1));
+    _mm256_storeu_si256((__m256i *)(yq + 128), _mm512_castsi512_si256(b));
+    _mm256_storeu_si256((__m256i *)(yq + 192), _mm512_extracti64x4_epi64(b, 1));
+}
+
 /* the 16 sums of channel m in one tile: kept as partial sums, or requantised into y */
 static inline void put_row(const dot_block *b, __m512i acc, int m, int8_t *y, int P,
                            float scale, const dot_out *o) {
     int8_t v[TP];
     if (!b->last) {
         _mm512_storeu_si512(b->part + (size_t)m * TP, acc);
+    } else if (o->pquads) {
+        if (o->fp32)
+            _mm_storeu_si128((__m128i *)v,
+                             _mm512_cvtepi32_epi8(_mm512_add_epi32(
+                                 es_rqf16_avx512(acc, _mm512_set1_ps(scale), o->lo, o->hi),
+                                 o->zp)));
+        else
+            es_requant16_avx512(acc, v, TP, o->mult[m], o->shift[m], ES_RQ_FIXED, o->y_zp,
+                                o->qmin, o->qmax);
+        store_lanes_pquads(b, v, y, m, P);
     } else if (o->fp32) {
         put_f32(b, dest(b), acc, y + (size_t)m * P, scale, o);
     } else {
@@ -512,7 +592,16 @@ static void tile_8x16(const dot_block *b, const int8_t *w8, int K4, const int32_
     {
         /* locals: the int8 stores below may alias *p, which would force reloads */
         const dot_out o = out_consts(mult, shift, p);
-        if (o.fp32 && nr == TM && b->last) { /* as in tile_8x32 */
+        if (o.fp32 && nr == TM && b->last && o.pquads && dest(b).whole) {
+            /* one whole tile into pixel quads */
+            const __m512 sv = row_scales8(m0, &o);
+            const int b1 = es_rq_scales_below1(sv, (__mmask16)0xff);
+            put8x16_pquads(pack4x16_pquads(s0, s1, s2, s3, sv, 0, &o, b1),
+                           pack4x16_pquads(s4, s5, s6, s7, sv, 4, &o, b1),
+                           y + pquad_at(m0, dest(b).pix, P));
+            return;
+        }
+        if (o.fp32 && nr == TM && b->last && !o.pquads) { /* as in tile_8x32 */
             int8_t *ym = y + (size_t)m0 * P;
             const size_t P2 = (size_t)P;
             const dot_dest db = dest(b);
@@ -589,6 +678,15 @@ static void tile_8x32(const dot_block *a, const dot_block *b, const int8_t *w8, 
             const size_t P2 = (size_t)P;
             const dot_dest da = dest(a), db = dest(b);
             const __m512 sv = row_scales8(m0, &o);
+            if (da.whole && db.whole && db.pix == da.pix + TP && o.pquads) {
+                const int b1 = es_rq_scales_below1(sv, (__mmask16)0xff);
+                int8_t *yq = y + pquad_at(m0, da.pix, P);
+                put8x16_pquads(pack4x16_pquads(s0, s1, s2, s3, sv, 0, &o, b1),
+                               pack4x16_pquads(s4, s5, s6, s7, sv, 4, &o, b1), yq);
+                put8x16_pquads(pack4x16_pquads(u0, u1, u2, u3, sv, 0, &o, b1),
+                               pack4x16_pquads(u4, u5, u6, u7, sv, 4, &o, b1), yq + 4 * 64);
+                return;
+            }
             if (da.whole && db.whole && db.pix == da.pix + TP) { /* 32 pixels in a row */
                 if (es_rq_scales_below1(sv, (__mmask16)0xff)) {
                     put2x32_f32(da.pix, s0, s1, u0, u1, ym, P2, scale_of(sv, 0),
@@ -611,11 +709,13 @@ static void tile_8x32(const dot_block *a, const dot_block *b, const int8_t *w8, 
                             scale_of(sv, 7), &o, 0);
                 return;
             }
-            put4_f32(a, da, s0, s1, s2, s3, ym, P2, sv, 0, &o);
-            put4_f32(b, db, u0, u1, u2, u3, ym, P2, sv, 0, &o);
-            put4_f32(a, da, s4, s5, s6, s7, ym + 4 * P2, P2, sv, 4, &o);
-            put4_f32(b, db, u4, u5, u6, u7, ym + 4 * P2, P2, sv, 4, &o);
-            return;
+            if (!o.pquads) {
+                put4_f32(a, da, s0, s1, s2, s3, ym, P2, sv, 0, &o);
+                put4_f32(b, db, u0, u1, u2, u3, ym, P2, sv, 0, &o);
+                put4_f32(a, da, s4, s5, s6, s7, ym + 4 * P2, P2, sv, 4, &o);
+                put4_f32(b, db, u4, u5, u6, u7, ym + 4 * P2, P2, sv, 4, &o);
+                return;
+            }
         }
     }
     { /* the rest (fixed point, a last block of fewer rows, partial sums): row by row,
@@ -668,7 +768,10 @@ static void tile_8x16(const dot_block *b, const int8_t *w8, int K4, const int32_
         }
         for (l = 0; l < TP; ++l)
             v[l] = es_requant(acc[l], mult[m], shift[m], p->rq, p->y_zp, p->qmin, p->qmax);
-        store_lanes(b, v, y + (size_t)m * P);
+        if (p->y_pquads)
+            store_lanes_pquads(b, v, y, m, P);
+        else
+            store_lanes(b, v, y + (size_t)m * P);
     }
 }
 #endif

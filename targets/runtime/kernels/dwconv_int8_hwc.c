@@ -10,7 +10,9 @@
  * multiply-add over 16 channels whatever the plane size, and the weights, bias and
  * requantisation constants of those channels stay in registers for the whole plane. This
  * kernel does the same on blocks of 16 channels and pays for the layout with two
- * transposes: CHW int8 rows in, CHW int8 rows out.
+ * transposes: CHW int8 rows in, CHW int8 rows out. Where the generator hands it an expanding
+ * 1x1 conv's output as pixel quads (x_pquads, es_conv_params), the input transpose is gone:
+ * each row's dwords of 4 columns x 16 channels are loaded as they are (fill_row_pquads).
  *
  * Method, for each block of 16 channels (the last one padded with zero weights):
  *  1. Input rows. Output row oh reads the padded input rows r = oh*SH + kh*DH. Each such
@@ -113,7 +115,8 @@ static dw_scratch dw_layout(int32_t *scratch, const es_conv_params *p, int Wp) {
     const int KH = p->KH;
     s.slot = Wp * 64;
 #if defined(ES_DW_HWC_VNNI)
-    s.batch = (int)ES_I8_DW_HWC_BATCH(p->KW, p->DH, p->DW, p->W);
+    /* pixel quads need no batching: a row of whole quads fills whole vectors already */
+    s.batch = p->x_pquads ? 1 : (int)ES_I8_DW_HWC_BATCH(p->KW, p->DH, p->DW, p->W);
 #else
     s.batch = 1;
 #endif
@@ -340,6 +343,32 @@ ES_NOINLINE static void fill_row_quads(unsigned char *dst, const int8_t *src,
             z[3] = _mm512_xor_si512(z[3], flip);
         }
         /* spelled out, not a loop, so that z stays in registers (GCC 12) */
+        four_quads(dst, prev, z[0], jb, Wp, km);
+        four_quads(dst, z[0], z[1], jb + 4, Wp, km);
+        four_quads(dst, z[1], z[2], jb + 8, Wp, km);
+        four_quads(dst, z[2], z[3], jb + 12, Wp, km);
+        prev = z[3];
+    }
+}
+
+/* fill_row_quads of a row that is already pixel quads (x_pquads, es_conv_params): dword g
+ * of the chunk at input byte i0 is the 64 bytes at src + (i0 / 4 + g) * 64 as they are,
+ * +128 included, so the row costs one load per four columns and no transpose. A quad that
+ * holds the last input column the padded row takes (n) is loaded whole: its bytes past n,
+ * where Wp cuts the row, sit at padded columns >= Wp, which only zero weights read. */
+ES_NOINLINE static void fill_row_pquads(unsigned char *dst, const unsigned char *src, int lo,
+                                        int n, int Wp, int step, int32_t xzp) {
+    const __m512i pad = _mm512_set1_epi8((char)(xzp + 128));
+    __m512i prev = pad; /* input bytes i0-4 .. i0-1 */
+    const unsigned km = stride_quads(lo, step);
+    int i0, j, g;
+    for (j = 0; j < lo - 4; j += step) /* a wide left padding: quads of padding only */
+        _mm512_storeu_si512(dst + (size_t)j * 64, pad);
+    for (i0 = 0; lo + i0 - 4 < Wp; i0 += 16) {
+        __m512i z[4];
+        const int jb = lo + i0 - 4;
+        for (g = 0; g < 4; ++g)
+            z[g] = i0 + 4 * g < n ? _mm512_loadu_si512(src + (size_t)(i0 + 4 * g) * 16) : pad;
         four_quads(dst, prev, z[0], jb, Wp, km);
         four_quads(dst, z[0], z[1], jb + 4, Wp, km);
         four_quads(dst, z[1], z[2], jb + 8, Wp, km);
@@ -1031,6 +1060,18 @@ static void tr16(dw_v16 r[16]) {
 }
 #endif
 
+/* fill_row of a row of pixel quads (x_pquads): column i, channel c is byte
+ * (i / 4) * 64 + c * 4 + i % 4 of the row, x + 128 */
+static void fill_row_pquads(unsigned char *slot, const unsigned char *src, int lo, int n,
+                            int32_t xzp) {
+    int16_t *dst = (int16_t *)(void *)slot + (size_t)lo * 16;
+    int i, c;
+    for (i = 0; i < n; ++i)
+        for (c = 0; c < 16; ++c)
+            dst[(size_t)i * 16 + c] =
+                (int16_t)((int32_t)src[(size_t)(i / 4) * 64 + c * 4 + i % 4] - 128 - xzp);
+}
+
 /* one input row into its ring slot as int16 x - x_zp (the padding columns stay 0) */
 static void fill_row(unsigned char *slot, const int8_t *src, size_t cstride, int nc, int lo,
                      int n, int32_t xzp) {
@@ -1331,7 +1372,11 @@ void es_dwconv2d_i8_hwc(const int8_t *x, const int8_t *w, const int32_t *bias,
                     const int8_t *src = x + (size_t)cb * cstride + (size_t)ih * W;
                     unsigned char *dst = s.ring + (size_t)slot * s.slot;
 #if defined(ES_DW_HWC_VNNI)
-                    if (s.batch > 1)
+                    if (p->x_pquads) /* block cb's rows are 16 W bytes each */
+                        fill_row_pquads(dst, (const unsigned char *)x + (size_t)cb * cstride +
+                                                 (size_t)ih * W * 16,
+                                        lo, n, Wp, step, p->x_zp);
+                    else if (s.batch > 1)
                         fill_rows_narrow(&s, src, cstride, nc, s.batch < H - ih ? s.batch : H - ih,
                                          W, lo, n, Wp, r, slot, step, p->x_zp);
                     else if (p->DW == 1 || KW == 1)
@@ -1339,7 +1384,12 @@ void es_dwconv2d_i8_hwc(const int8_t *x, const int8_t *w, const int32_t *bias,
                     else
                         fill_row_dilated(&s, dst, src, cstride, nc, lo, n, Wp, p->DW, p->x_zp);
 #else
-                    fill_row(dst, src, cstride, nc, lo, n, p->x_zp);
+                    if (p->x_pquads)
+                        fill_row_pquads(dst, (const unsigned char *)x + (size_t)cb * cstride +
+                                                 (size_t)ih * W * 16,
+                                        lo, n, p->x_zp);
+                    else
+                        fill_row(dst, src, cstride, nc, lo, n, p->x_zp);
 #endif
                     s.tag[slot] = r;
                 }

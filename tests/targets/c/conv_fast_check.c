@@ -92,6 +92,24 @@ int main(int argc, char **argv) {
             free(qs);
             if (memcmp(y0, y1, ny)) { printf("dot on quads differs\n"); return 1; }
         }
+        if (pw && p.M % 16 == 0 && (p.H * p.W) % 4 == 0) {
+            /* y as the pixel quads a depthwise conv reads: every byte where pquad_at puts
+             * it, + 128 */
+            const int P = p.H * p.W;
+            uint8_t *yq = malloc(ny);
+            int m, j, bad = 0;
+            memset(yq, 0xa5, ny);
+            p.y_pquads = 1;
+            es_conv2d_i8_dot(x, w8, bu, mu, sh, ds, (int8_t *)yq, &p);
+            p.y_pquads = 0;
+            for (m = 0; m < p.M && !bad; ++m)
+                for (j = 0; j < P && !bad; ++j)
+                    bad = yq[((size_t)(m / 16) * P + (size_t)(j - j % 4)) * 16 + (size_t)(m % 16) * 4 +
+                             (size_t)(j % 4)] != (uint8_t)(y0[(size_t)m * P + j] ^ 0x80);
+            free(yq);
+            if (bad) { printf("dot into pixel quads differs\n"); return 1; }
+            printf("dot_pquads\n");
+        }
         /* for lower/int8.py's mirrors */
         printf("dot_scratch %lu\n", (unsigned long)es_i8_dot_scratch(&p));
         printf("cl_scratch %lu\n", (unsigned long)es_i8_cl_scratch(&p));

@@ -2,7 +2,9 @@
  * if they differ or if the kernel writes past ES_I8_DW_HWC_SCRATCH bytes of scratch or past
  * the output. Per-channel multipliers and shifts are drawn wide (shift > 0 and tiny or
  * negative multipliers included), and the output clamp is sometimes a Relu6-like range;
- * with 4k channels the output is sometimes the dot kernel's quad planes (y_quads).
+ * with 4k channels the output is sometimes the dot kernel's quad planes (y_quads), and
+ * with 16k channels, rows of whole quads, DW = 1 and an odd seed the input is pixel quads
+ * (x_pquads; "pq" after the scratch size says so).
  * argv: C H W M KH KW SH SW PT PL DH DW group x_zp seed OH OW (M == group == C) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +16,7 @@ static int r(int n) { s = s * 1664525u + 1013904223u; return (int)((s >> 8) % (u
 int main(int argc, char **argv) {
     es_conv_params p;
     int i, run, Cp, Wp, wide;
-    int8_t *x, *w, *wp, *y0, *y1;
+    int8_t *x, *xin, *w, *wp, *y0, *y1;
     int32_t *b, *mu, *sh, *acc;
     unsigned char *sc;
     size_t nx, nw, ny, ns;
@@ -76,12 +78,23 @@ int main(int argc, char **argv) {
         memcpy(y0, t, ny);
         free(t);
     }
+    xin = x;
+    if (p.C % 16 == 0 && p.W % 4 == 0 && p.DW == 1 && atoi(argv[15]) % 2) {
+        const int P = p.H * p.W; /* x[c][j] -> byte (j % 4) of channel c's dword, + 128 */
+        xin = malloc(nx);
+        for (i = 0; i < (int)nx; ++i) {
+            const int c = i / P, j = i % P;
+            xin[((size_t)(c / 16) * P + (size_t)(j - j % 4)) * 16 + (size_t)(c % 16) * 4 +
+                (size_t)(j % 4)] = (int8_t)(x[i] ^ 0x80);
+        }
+        p.x_pquads = 1;
+    }
     for (run = 0; run < 2; ++run) { /* twice: the second run starts from dirty scratch */
         for (i = 0; i < (int)(ns + CANARY); ++i) sc[i] = (unsigned char)(run ? sc[i] : r(256));
         for (i = 0; i < CANARY; ++i) sc[ns + i] = (unsigned char)(0xa5 ^ i);
         for (i = 0; i < (int)ny; ++i) y1[i] = (int8_t)r(256);
         for (i = 0; i < CANARY; ++i) y1[ny + i] = (int8_t)(0x5a ^ i);
-        es_dwconv2d_i8_hwc(x, wp, b, mu, sh, (int32_t *)(void *)sc, y1, &p);
+        es_dwconv2d_i8_hwc(xin, wp, b, mu, sh, (int32_t *)(void *)sc, y1, &p);
         for (i = 0; i < CANARY; ++i)
             if (sc[ns + i] != (unsigned char)(0xa5 ^ i)) {
                 printf("scratch overrun at %lu + %d\n", (unsigned long)ns, i);
@@ -97,7 +110,8 @@ int main(int argc, char **argv) {
                 return 1;
             }
     }
-    printf("ok scratch %lu\n", (unsigned long)ns);
+    printf("ok scratch %lu%s\n", (unsigned long)ns, p.x_pquads ? " pq" : "");
+    if (xin != x) free(xin);
     free(x); free(w); free(wp); free(y0); free(y1); free(b); free(mu); free(sh); free(acc);
     free(sc);
     return 0;

@@ -54,6 +54,22 @@ int main(int argc, char **argv) {
         printf("stem differs at %d: %d vs %d\n", i, y0[i], y1[i]);
         return 1;
     }
+    if (p.M % 16 == 0 && p.OW % 4 == 0) { /* y as pixel quads (y_pquads), for a depthwise conv */
+        const int P = p.OH * p.OW;
+        int m, j;
+        memset(y1, 0x55, ny);
+        p.y_pquads = 1;
+        es_conv2d_i8_stem(x, w8, bu, mu, sh, ss, y1, &p);
+        p.y_pquads = 0;
+        for (m = 0; m < p.M; ++m)
+            for (j = 0; j < P; ++j)
+                if (y1[((size_t)(m / 16) * P + (size_t)(j - j % 4)) * 16 + (size_t)(m % 16) * 4 +
+                       (size_t)(j % 4)] != (int8_t)(y0[(size_t)m * P + j] ^ 0x80)) {
+                    printf("stem into pixel quads differs at channel %d pixel %d\n", m, j);
+                    return 1;
+                }
+        printf("stem_pquads\n");
+    }
     printf("ok\n");
     free(x); free(w); free(y0); free(y1); free(b); free(bu); free(mu); free(sh); free(sc);
     free(ss); free(w8);
