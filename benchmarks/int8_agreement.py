@@ -394,6 +394,36 @@ def c_step_outputs(folder: Path, x: np.ndarray) -> tuple[list[str], dict, np.nda
     return labels, where, images
 
 
+def c_layouts(folder: Path) -> dict[str, tuple[str, int, int]]:
+    """{C buffer macro: (layout, channels, pixels)} of the buffers a step writes in a
+    hand-over layout instead of CHW (lower/passes.py): "quads" (es_conv_params y_quads,
+    channel-quad planes) or "pquads" (y_pquads, pixel quads); a buffer is the step's
+    output, its call's last tensor argument before the params."""
+    src = (folder / "model.c").read_text()
+    params = {m[0]: m[1] for m in re.findall(
+        r"static const es_conv_params (P_\w+) = \{(.*?)\};", src, re.S)}
+    out = {}
+    for call, name in re.findall(r"(\w+\([^;]*?&(P_\w+)\));", src, re.S):
+        body = params.get(name, "")
+        kind = ("pquads" if ".y_pquads = 1" in body else
+                "quads" if ".y_quads = 1" in body else None)
+        if kind is None:
+            continue
+        field = {k: int(v) for k, v in re.findall(r"\.(M|OH|OW) = (\d+)", body)}
+        y = re.findall(r"\bT_\w+", call)[-1]
+        out[y] = (kind, field["M"], field["OH"] * field["OW"])
+    return out
+
+
+def to_chw(raw: np.ndarray, layout: tuple[str, int, int]) -> np.ndarray:
+    """A dumped int8 buffer in a hand-over layout (c_layouts) back in CHW order."""
+    kind, m, p = layout
+    c, j = np.divmod(np.arange(m * p), p)
+    at = ((c // 4) * 4 * p + 4 * j + c % 4 if kind == "quads" else
+          ((c // 16) * p + j - j % 4) * 16 + (c % 16) * 4 + j % 4)
+    return (raw[at].view(np.uint8) ^ 0x80).view(np.int8)
+
+
 def c_buffer(tensor: str) -> str:
     """The macro model.c names the buffer of ONNX value ``tensor`` with (codegen.buffer_macro
     of its C identifier; the Q outputs asked about have distinct names, so no suffix)."""
@@ -410,6 +440,7 @@ def first_divergence(m, folder: Path, x: np.ndarray, samples) -> list[dict]:
     for s in (int(i) for i in samples):
         ints = ort_ints(m, x[s:s + 1])
         labels, where, images = c_step_outputs(folder, x[s])
+        layouts = c_layouts(folder)
         found = None
         for q in qs:
             t = c_buffer(q.output[0])
@@ -417,7 +448,8 @@ def first_divergence(m, folder: Path, x: np.ndarray, samples) -> list[dict]:
                 continue  # a Q the lowering folded away (e.g. inside a LUT)
             step, off = where[t]
             ref = ints[q.output[0]].astype(np.int32).reshape(-1)
-            got = images[step, off:off + ref.size].astype(np.int32)
+            got = images[step, off:off + ref.size]
+            got = (to_chw(got, layouts[t]) if t in layouts else got).astype(np.int32)
             bad = np.nonzero(got != ref)[0]
             if len(bad) and (found is None or step < found["step"]):
                 found = {"sample": s, "step": step, "label": labels[step],

@@ -108,3 +108,29 @@ def test_float64_graph_agrees_with_onnxruntime_on_every_quantized_tensor(ints, d
     for t in qs:
         err = np.abs(ref[t].astype(np.int32) - got[t].astype(np.int32))
         assert err.max() <= 1 and (err == 0).mean() >= 0.99, t
+
+
+@pytest.mark.parametrize("kind", ["quads", "pquads"])
+def test_dumped_hand_over_layouts_read_back_as_chw(kind, tmp_path):
+    """A buffer a step writes as channel-quad planes (y_quads) or pixel quads (y_pquads) is
+    read back in CHW order before it is compared (first_divergence), from the step's own
+    es_conv_params in model.c: the byte positions and the +128 are the kernels'
+    (dw_hwc_check.c, conv_fast_check.c)."""
+    m, p = 32, 24
+    chw = np.random.default_rng(1).integers(-128, 128, m * p).astype(np.int8)
+    c, j = np.divmod(np.arange(m * p), p)
+    at = ((c // 4) * 4 * p + 4 * j + c % 4 if kind == "quads" else
+          ((c // 16) * p + j - j % 4) * 16 + (c % 16) * 4 + j % 4)
+    raw = np.empty_like(chw)
+    raw[at] = (chw.view(np.uint8) ^ 0x80).view(np.int8)
+    assert np.array_equal(agree.to_chw(raw, (kind, m, p)), chw)
+    (tmp_path / "model.c").write_text(
+        "static const es_conv_params P_dw = {\n    .C = 32, .H = 4, .W = 6, .M = 32, "
+        ".OH = 4, .OW = 6, .group = 32,\n    .y_%s = 1,\n};\n"
+        "static const es_conv_params P_pw = {\n    .C = 32, .M = 8, .OH = 4, .OW = 6,\n};\n"
+        "    case 3: /* dw */\n        es_dwconv2d_i8_hwc((int8_t *)T_a, (const int8_t *)T_w,\n"
+        "                           (int8_t *)T_b,\n                           &P_dw);\n"
+        "    case 4: /* pw */\n        es_conv2d_i8_dot((int8_t *)T_b, (void *)S,\n"
+        "                         (int8_t *)T_c,\n                         &P_pw);\n"
+        % ("pquads" if kind == "pquads" else "quads"))
+    assert agree.c_layouts(tmp_path) == {"T_b": (kind, 32, 24)}
