@@ -26,9 +26,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-# cryptography 47 deprecates DSA, and asyncssh names the DSA types at import time, so
-# every `edgesmith` run that reaches this module printed five CryptographyDeprecationWarning
-# lines about asyncssh's own code: nothing a user can act on (edgesmith offers no DSA keys)
+# cryptography deprecates DSA (51.0.1, the registry's release in December 2026, warns) and
+# asyncssh names the DSA types at import time, so every `edgesmith` run that reaches this
+# module printed five CryptographyDeprecationWarning lines about asyncssh's own code:
+# nothing a user can act on (edgesmith offers no DSA keys)
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", module=r"asyncssh\.")
     import asyncssh
