@@ -22,12 +22,26 @@ def _reads_planes_in_place(p: dict) -> bool:
             == (1, 1, 1, 1, 0, 0) and (p["OH"], p["OW"]) == (p["H"], p["W"]))
 
 
-def _readers(g: Graph) -> dict[str, int]:
+def _hand_overs(g: Graph, reads: str, writes: str):
+    """(reader step, reader call, producer call) for each step whose one kernel call can
+    read a layout (Kernel flag ``reads``) from a producer whose one call can write it
+    (``writes``): the tensor between them an activation, not a graph output, with that
+    step its one reader. Whether the two calls' params allow it is the caller's test."""
     readers: dict[str, int] = {}
     for st in g.steps:
         for t in st.inputs:
             readers[t] = readers.get(t, 0) + 1
-    return readers
+    producer = {t: st for st in g.steps for t in st.outputs}
+    for st in g.steps:
+        call = _single_kernel_call(st)
+        if call is None or not getattr(call.kernel, reads):
+            continue
+        x = st.inputs[0]
+        src = producer.get(x)
+        src_call = _single_kernel_call(src) if src is not None else None
+        if (src_call is not None and getattr(src_call.kernel, writes) and readers.get(x) == 1
+                and g.tensors[x].kind == "act" and x not in g.outputs):
+            yield st, call, src_call
 
 
 def hand_over_quads(g: Graph) -> int:
@@ -39,24 +53,15 @@ def hand_over_quads(g: Graph) -> int:
     reader's kernel can read them, the 1x1 conv is the tensor's one reader and reads it in
     place (stride 1, unpadded, batch 1) and the channels fill whole quads. The tensor gets
     64 bytes of slack, which the dot kernel's last tile may read. Returns the count."""
-    readers = _readers(g)
-    producer = {t: st for st in g.steps for t in st.outputs}
     n = 0
-    for st in g.steps:
-        call = _single_kernel_call(st)
-        if call is None or not call.kernel.reads_quads:
-            continue
+    for st, call, src_call in _hand_overs(g, "reads_quads", "writes_quads"):
         p = call.args[-1]
-        x = st.inputs[0]
-        src = producer.get(x)
-        src_call = _single_kernel_call(src) if src is not None else None
-        if (src_call is None or not src_call.kernel.writes_quads or readers.get(x) != 1
-                or g.tensors[x].kind != "act" or not _reads_planes_in_place(p)):
+        if not _reads_planes_in_place(p):
             continue
         p["x_quads"] = 1
         src_call.args[-1]["y_quads"] = 1
         st.scratch = call.kernel.scratch(p)
-        g.tensors[x].slack = 64
+        g.tensors[st.inputs[0]].slack = 64
         n += 1
     return n
 
@@ -89,21 +94,10 @@ def hand_over_pixel_quads(g: Graph) -> int:
     quad after one qword permute per two quads. Only where the producer runs on
     the dot or stem kernel (the same tiles), the depthwise conv is the tensor's one reader,
     and both sides meet the layout's conditions above. Returns the count."""
-    readers = _readers(g)
-    producer = {t: st for st in g.steps for t in st.outputs}
     n = 0
-    for st in g.steps:
-        call = _single_kernel_call(st)
-        if call is None or not call.kernel.reads_pquads:
-            continue
+    for _, call, src_call in _hand_overs(g, "reads_pquads", "writes_pquads"):
         p = call.args[-1]
-        x = st.inputs[0]
-        src = producer.get(x)
-        src_call = _single_kernel_call(src) if src is not None else None
-        if (src_call is None or not src_call.kernel.writes_pquads or readers.get(x) != 1
-                or g.tensors[x].kind != "act" or x in g.outputs
-                or not _writes_pixel_quads(src_call.fn, src_call.args[-1])
-                or not _reads_pixel_quads(p)):
+        if not (_writes_pixel_quads(src_call.fn, src_call.args[-1]) and _reads_pixel_quads(p)):
             continue
         p["x_pquads"] = 1
         src_call.args[-1]["y_pquads"] = 1

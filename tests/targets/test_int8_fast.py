@@ -270,6 +270,19 @@ def test_fp32_requantization_is_float32_multiply_rounded_half_to_even(name, cc, 
         assert store == want and lanes == want, (name, acc, m, sh, store, lanes, want)
 
 
+def _slices_clean_under_sanitizers(out: Path) -> None:
+    """The build in ``out`` under ASan + UBSan (-march=native), run in resumable slices of
+    4 steps: no fault, and the same output as one whole run."""
+    from tests.targets._helpers import compile_harness
+
+    h = compile_harness(out, out / "harness_san", ["-O1", "-g", "-march=native",
+                                                   "-fsanitize=address,undefined",
+                                                   "-fno-sanitize-recover=all"])
+    p = subprocess.run([str(h), "slice", "4"], capture_output=True, text=True, cwd=out,
+                       timeout=300)
+    assert p.returncode == 0 and '"same": 1' in p.stdout, p.stdout + p.stderr
+
+
 @pytest.mark.skipif(not _cpu_has("avx512_vnni"), reason="this CPU has no AVX-512 VNNI")
 def test_depthwise_hands_quad_planes_to_the_next_1x1_conv(work, digits_qdq, digits_c_int8,
                                                           digits_splits):
@@ -279,7 +292,7 @@ def test_depthwise_hands_quad_planes_to_the_next_1x1_conv(work, digits_qdq, digi
     from edgesmith.targets import run
     from edgesmith.targets.ir import lower
     from edgesmith.targets.isa import VNNI
-    from tests.targets._helpers import compile_harness, generate
+    from tests.targets._helpers import generate
 
     g = lower(digits_qdq, "int8", VNNI)
     pairs = [(st, c.args[-1]) for st in g.steps for c in st.calls
@@ -294,12 +307,7 @@ def test_depthwise_hands_quad_planes_to_the_next_1x1_conv(work, digits_qdq, digi
     assert np.array_equal(run.run(out, x), run.run(digits_c_int8, x))
     # the same build under ASan + UBSan: the 1x1 conv's reads of the planes stay in the
     # tensor and its slack, resumable slices and all
-    h = compile_harness(out, out / "harness_san", ["-O1", "-g", "-march=native",
-                                                   "-fsanitize=address,undefined",
-                                                   "-fno-sanitize-recover=all"])
-    p = subprocess.run([str(h), "slice", "4"], capture_output=True, text=True, cwd=out,
-                       timeout=300)
-    assert p.returncode == 0 and '"same": 1' in p.stdout, p.stdout + p.stderr
+    _slices_clean_under_sanitizers(out)
 
 
 @pytest.mark.skipif(not _cpu_has("avx512_vnni"), reason="this CPU has no AVX-512 VNNI")
@@ -314,7 +322,7 @@ def test_expansions_hand_pixel_quads_to_their_depthwise_convs(work, mnv2_qdq, mn
     from edgesmith.targets import codegen, run
     from edgesmith.targets.ir import lower
     from edgesmith.targets.isa import VNNI
-    from tests.targets._helpers import compile_harness, generate
+    from tests.targets._helpers import generate
 
     g = lower(mnv2_qdq, "int8", VNNI)
     made = {st.outputs[0]: c for st in g.steps for c in st.calls
@@ -333,12 +341,7 @@ def test_expansions_hand_pixel_quads_to_their_depthwise_convs(work, mnv2_qdq, mn
         text = (out / "model.c").read_text()
         assert ".x_pquads = 1" in text and ".y_pquads = 1" in text
         assert np.array_equal(run.run(out, x), ref), threads
-    h = compile_harness(out, out / "harness_san", ["-O1", "-g", "-march=native",
-                                                   "-fsanitize=address,undefined",
-                                                   "-fno-sanitize-recover=all"])
-    p = subprocess.run([str(h), "slice", "4"], capture_output=True, text=True, cwd=out,
-                       timeout=300)
-    assert p.returncode == 0 and '"same": 1' in p.stdout, p.stdout + p.stderr
+    _slices_clean_under_sanitizers(out)
     # patch-based: inside the tiled segment the pairs hand over CHW (a patch's rows need not be
     # whole quads; stripes of full rows would be), outside it they keep pixel quads
     arena = codegen.from_onnx(mnv2_qdq, work / "mnv2_pq_plan", precision="int8",
