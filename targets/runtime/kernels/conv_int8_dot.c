@@ -322,7 +322,6 @@ typedef struct {
     int32_t fp32, y_zp, qmin, qmax, pquads;
     __m512 lo, hi;
     __m512i zp, zp16, qmin8, qmax8;
-    __m512i zp16u, qmin8u, qmax8u; /* y_pquads: y_zp + 128 and the byte bounds + 128 */
 } dot_out;
 
 static dot_out out_consts(const int32_t *mult, const int32_t *shift, const es_conv_params *p) {
@@ -340,9 +339,6 @@ static dot_out out_consts(const int32_t *mult, const int32_t *shift, const es_co
     o.zp16 = _mm512_set1_epi16((short)p->y_zp);
     o.qmin8 = _mm512_set1_epi8((char)p->qmin);
     o.qmax8 = _mm512_set1_epi8((char)p->qmax);
-    o.zp16u = _mm512_set1_epi16((short)(p->y_zp + 128));
-    o.qmin8u = _mm512_set1_epi8((char)(p->qmin + 128));
-    o.qmax8u = _mm512_set1_epi8((char)(p->qmax + 128));
     return o;
 }
 
@@ -490,6 +486,20 @@ static inline void put2x32_f32(int pix, __m512i a0, __m512i a1, __m512i b0, __m5
     _mm256_storeu_si256((__m256i *)(ym + P + pix), _mm512_extracti64x4_epi64(v, 1));
 }
 
+/* the output side of a tile into pixel quads: y_zp + 128 and the byte bounds + 128, made
+ * only where a tile takes that path (not in out_consts, which every tile calls) */
+typedef struct {
+    __m512i zp16u, qmin8u, qmax8u;
+} dot_pq;
+
+static dot_pq pq_consts(const dot_out *o) {
+    dot_pq u;
+    u.zp16u = _mm512_set1_epi16((short)(o->y_zp + 128));
+    u.qmin8u = _mm512_set1_epi8((char)(o->qmin + 128));
+    u.qmax8u = _mm512_set1_epi8((char)(o->qmax + 128));
+    return u;
+}
+
 /* Rows 0..3 of one whole tile (r0..r3, 16 pixels each, scales sv lanes l0..l0+3) for pixel
  * quads (y_pquads): requantised as put2x32_f32 does, but packed four rows of one tile
  * together, so that 128-bit lane l holds the four rows' dwords of pixel quad l, and the
@@ -500,7 +510,8 @@ static inline void put2x32_f32(int pix, __m512i a0, __m512i a1, __m512i b0, __m5
 __attribute__((always_inline))
 #endif
 static inline __m512i pack4x16_pquads(__m512i r0, __m512i r1, __m512i r2, __m512i r3,
-                                      __m512 sv, int l0, const dot_out *o, const int below1) {
+                                      __m512 sv, int l0, const dot_out *o, const dot_pq *u,
+                                      const int below1) {
     __m512i p01, p23, v;
     if (below1) {
         p01 = _mm512_packs_epi32(
@@ -515,9 +526,9 @@ static inline __m512i pack4x16_pquads(__m512i r0, __m512i r1, __m512i r2, __m512
         p23 = _mm512_packs_epi32(es_rqf16_hi_avx512(r2, scale_of(sv, l0 + 2), o->hi),
                                  es_rqf16_hi_avx512(r3, scale_of(sv, l0 + 3), o->hi));
     }
-    v = _mm512_packus_epi16(_mm512_adds_epi16(p01, o->zp16u), _mm512_adds_epi16(p23, o->zp16u));
-    v = _mm512_max_epu8(v, o->qmin8u);
-    return below1 ? _mm512_min_epu8(v, o->qmax8u) : v;
+    v = _mm512_packus_epi16(_mm512_adds_epi16(p01, u->zp16u), _mm512_adds_epi16(p23, u->zp16u));
+    v = _mm512_max_epu8(v, u->qmin8u);
+    return below1 ? _mm512_min_epu8(v, u->qmax8u) : v;
 }
 
 /* The 8 rows of one tile into its 4 pixel quads: x holds rows 0..3 and z rows 4..7 as
@@ -596,8 +607,9 @@ static void tile_8x16(const dot_block *b, const int8_t *w8, int K4, const int32_
             /* one whole tile into pixel quads */
             const __m512 sv = row_scales8(m0, &o);
             const int b1 = es_rq_scales_below1(sv, (__mmask16)0xff);
-            put8x16_pquads(pack4x16_pquads(s0, s1, s2, s3, sv, 0, &o, b1),
-                           pack4x16_pquads(s4, s5, s6, s7, sv, 4, &o, b1),
+            const dot_pq pq = pq_consts(&o);
+            put8x16_pquads(pack4x16_pquads(s0, s1, s2, s3, sv, 0, &o, &pq, b1),
+                           pack4x16_pquads(s4, s5, s6, s7, sv, 4, &o, &pq, b1),
                            y + pquad_at(m0, dest(b).pix, P));
             return;
         }
@@ -680,11 +692,12 @@ static void tile_8x32(const dot_block *a, const dot_block *b, const int8_t *w8, 
             const __m512 sv = row_scales8(m0, &o);
             if (da.whole && db.whole && db.pix == da.pix + TP && o.pquads) {
                 const int b1 = es_rq_scales_below1(sv, (__mmask16)0xff);
+                const dot_pq pq = pq_consts(&o);
                 int8_t *yq = y + pquad_at(m0, da.pix, P);
-                put8x16_pquads(pack4x16_pquads(s0, s1, s2, s3, sv, 0, &o, b1),
-                               pack4x16_pquads(s4, s5, s6, s7, sv, 4, &o, b1), yq);
-                put8x16_pquads(pack4x16_pquads(u0, u1, u2, u3, sv, 0, &o, b1),
-                               pack4x16_pquads(u4, u5, u6, u7, sv, 4, &o, b1), yq + 4 * 64);
+                put8x16_pquads(pack4x16_pquads(s0, s1, s2, s3, sv, 0, &o, &pq, b1),
+                               pack4x16_pquads(s4, s5, s6, s7, sv, 4, &o, &pq, b1), yq);
+                put8x16_pquads(pack4x16_pquads(u0, u1, u2, u3, sv, 0, &o, &pq, b1),
+                               pack4x16_pquads(u4, u5, u6, u7, sv, 4, &o, &pq, b1), yq + 4 * 64);
                 return;
             }
             if (da.whole && db.whole && db.pix == da.pix + TP) { /* 32 pixels in a row */
