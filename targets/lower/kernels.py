@@ -167,11 +167,15 @@ def use_cl(p: dict) -> bool:
     per conv, both kernels in one binary (issue 6 note; issue 16: alternating rounds, min),
     cl vs dot:
 
-    - every spatial kernel: 3x3 64->64 on 4x4 3.0 vs 5.7 us, 8x8 3.4 vs 5.4 us, 28x28
-      (128->128) 528 vs 555 us. On stride-1 planes of 40x40 and more pixel lanes are faster
-      alone (ResNet-18's layer1 at 56x56: 564 vs 542 us), but in the net the second conv of
-      each block then fuses its residual Add (es_conv2d_i8_dot_add), which there costs more
-      than the separate Add: layer1 in all 2420 vs 2437 us (load 6-7), so channel lanes stay;
+    - spatial kernels: 3x3 64->64 on 4x4 3.0 vs 5.7 us, 8x8 3.4 vs 5.4 us, 28x28
+      (128->128) 528 vs 555 us, all strided ones. On stride-1 planes of 40x40 and more pixel
+      lanes are faster (ResNet-18's layer1 at 56x56: 564 vs 542 us alone), and there the
+      second conv of each block fuses its residual Add (es_conv2d_i8_dot_add). That fused
+      Add, a call per channel on runs of about 250 pixels, cost more than the separate Add
+      while es_add_i8 finished each run's last n % 16 bytes one scalar division at a time
+      (layer1 2420 vs 2437 us then, AMD EPYC); with that tail one masked vector, layer1
+      takes 1760 us as pixel lanes against 1943 us as channel lanes with separate Adds
+      (sums of per-step minima, 16 alternating rounds, Intel Xeon, trained weights);
     - 1x1 convs on planes of at most 16 pixels (192->64 on 4x4 1.3 vs 2.1 us), and on planes
       of at most 64 whose pixel tiles of 16 leave a fifth or more of the lanes idle when the
       reduction is long and the conv wide, C >= 512 and M >= 256: 960->320 on 7x7 72 vs 88
@@ -190,7 +194,7 @@ def use_cl(p: dict) -> bool:
     if 3 * m32 > 4 * p["M"]:
         return False
     if p["KH"] * p["KW"] > 1:
-        return True
+        return not (p["SH"] == p["SW"] == 1 and plane >= 40 * 40)
     idle = 5 * plane <= 4 * (-(-plane // 16) * 16)
     return plane <= 16 or (plane <= 64 and idle and p["C"] >= 512 and p["M"] >= 256)
 

@@ -26,9 +26,11 @@ def _conv(c: int, m: int, side: int, k: int = 1, s: int = 1) -> dict:
     (_conv(256, 1024, 8), False), (_conv(576, 96, 14), False),
     # planes of at most 16 pixels: always channels in lanes
     (_conv(160, 960, 3), True), (_conv(64, 64, 4), True),
-    # spatial kernels: channels in lanes, ResNet-18's 56x56 layer1 included (see use_cl)
+    # spatial kernels: channels in lanes up to 28x28 and when strided; pixel lanes (and
+    # the residual Add fused) on stride-1 planes from 40x40, ResNet-18's 56x56 layer1
     (_conv(128, 128, 28, 3), True), (_conv(256, 256, 14, 3), True),
-    (_conv(128, 128, 28, 3, 2), True), (_conv(64, 64, 56, 3), True),
+    (_conv(128, 128, 28, 3, 2), True), (_conv(64, 64, 56, 3, 2), True),
+    (_conv(64, 64, 56, 3), False), (_conv(32, 32, 40, 3), False), (_conv(32, 32, 39, 3), True),
     # M = 16 would compute 32 channels: pixel lanes
     (_conv(3, 16, 4, 3), False),
 ])
