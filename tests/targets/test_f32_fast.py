@@ -39,9 +39,12 @@ GEMM_CASES = [
     [5, 9, 70, 10, 5, 5, 2, 2, 2, 2, 1, 1, 1, 2, 212, 5, 35],  # 5x5 s2, 2 columns of padding
     # on each side: the first and last blocks of each row load under partial masks
     [32, 36, 35, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 214, 36, 35],  # 1260 pixels, K = 288:
-    # channels in the lanes by rows (AVX-512), each row of 35 in chunks of 9, 9, 9, 8
+    # channels in the lanes by rows (AVX-512: 64 at a time, each row of 35 in chunks of
+    # 6, 6, 6, 6, 6, 5)
     [30, 70, 69, 32, 3, 3, 2, 2, 1, 1, 1, 1, 1, 2, 215, 35, 35],  # the same at stride 2
-    # through the phases, K = 270
+    # through the phases, K = 270, M = 32: 32 channels at a time, chunks of 9, 9, 9, 8
+    [29, 51, 50, 128, 3, 3, 2, 2, 1, 1, 1, 1, 1, 3, 217, 26, 25],  # stride 2, K = 261,
+    # two 64-channel blocks over rows of 25 (chunks 5 x 5), leaky
 ]
 
 
