@@ -649,10 +649,11 @@ static int cl_block(const float *wp, const float *b, int K, int M, int m0, int c
  * where the 32 x 8 tile loads two rows and eight broadcasts (and prefetches two lines) for
  * 16. A core with two FMA ports (Intel) issues 16 FMAs in 8 cycles and was then bound by
  * those loads; ResNet-18-224 fp32, per-step minima of 10 alternating rounds, Intel Xeon:
- * 3x3 64 -> 64 at 56 x 56 1575-1627 -> 1449-1487 us, 128 -> 128 at 28 x 28 1485-1534 ->
- * 1414-1427 us. Rows of 14 and 7 would split into chunks of 5 and 4 and lose (7 x 7:
- * 1.25x), so they stay on the 32-channel tiles. This is the shape of onnxruntime's NCHWc
- * kernel (MLAS: 4 filter blocks x 6 outputs) on our CHW planes. */
+ * 3x3 64 -> 64 at 56 x 56 1571-1603 -> 1502-1535 us, 128 -> 128 at 28 x 28 1484-1561 ->
+ * 1443-1460 us, the stride-2 64 -> 128 897 -> 836 us. Rows of 14 (chunks of 5, 5, 4)
+ * gained nothing and rows of 7 (4, 3) lost (1.25x), so they stay on the 32-channel
+ * chunks. This is the shape of onnxruntime's NCHWc kernel (MLAS: 4 filter blocks x 6
+ * outputs) on our CHW planes. */
 #define ES_CL64_NP 6
 #define ES_CL64_OW 24
 
