@@ -4,9 +4,10 @@
  * es_add_i8_ref is the plain per-element loop, kept as the oracle. es_add_i8 runs the
  * same arithmetic 16 elements at a time with AVX-512, AVX2 or NEON (sign-extend to int32, the
  * es_simd.h forms of es_mul_q, clamp, saturating narrow of values already in range), so
- * its output is bit-identical; it falls back to the reference loop for tails, for
- * portable builds, and for parameters outside what the SIMD helpers cover (a left shift
- * in a multiplier, a negative multiplier). y may be a or b (element-wise, loads first).
+ * its output is bit-identical; it falls back to the reference loop for tails (except
+ * AVX-512 in fp32 mode, whose tail is one masked vector), for portable builds, and for
+ * parameters outside what the SIMD helpers cover (a left shift in a multiplier, a negative
+ * multiplier). y may be a or b (element-wise, loads first).
  *
  * es_add_i8_bcast broadcasts without materialising anything. The generator merges
  * adjacent dims that broadcast alike, so the innermost dim is a run of n contiguous
