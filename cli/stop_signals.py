@@ -1,5 +1,13 @@
 """The stop signals a shell or a CI runner sends (SIGINT, SIGTERM, SIGHUP), turned into one
-exception that unwinds like Ctrl-C, so every ``finally`` on the way cleans up."""
+exception that unwinds like Ctrl-C, so every ``finally`` on the way cleans up.
+
+One place must not be unwound: an import. The pipeline imports onnx, onnxruntime, torch
+and the converters lazily, and their native modules call back into Python while they
+initialise; an exception raised there leaves C++ state half-built, and the interpreter
+aborts or segfaults instead of cleaning up (one Ctrl-C in about twenty, during the
+build's ``import onnx``). So a stop signal that lands inside an import is held and offered
+again every ``RETRY_S`` until the import is over; a second signal meanwhile stops at once.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +18,13 @@ from contextlib import contextmanager
 from types import FrameType
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+# how soon a signal held by an import is offered again: imports take milliseconds to a
+# few seconds (tensorflow), so the stop comes at most this much after the import ends
+RETRY_S = 0.05
+
+# the stop signal an import holds, and the timer that will offer it again
+_held: dict[str, object] = {}
 
 
 class Interrupted(KeyboardInterrupt):
@@ -37,7 +52,48 @@ def interrupted_by(e: BaseException) -> int | None:
     return None
 
 
-def _raise_interrupted(signum: int, _frame: FrameType | None) -> None:
+def _importing(frame: FrameType | None) -> bool:
+    """Whether ``frame`` runs inside the import machinery (its own frames or a module's
+    top level, which the machinery calls)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _offer_again(signum: int) -> None:
+    """Send ``signum`` to the main thread again in ``RETRY_S``. A real signal, not
+    ``_thread.interrupt_main``: only a signal wakes a thread blocked in a system call."""
+    main = threading.main_thread().ident
+    assert main is not None
+
+    def fire() -> None:
+        _held["retry"] = True
+        signal.pthread_kill(main, signum)
+
+    timer = threading.Timer(RETRY_S, fire)
+    timer.daemon = True
+    _held["timer"] = timer
+    timer.start()
+
+
+def _release() -> None:
+    timer = _held.get("timer")
+    if isinstance(timer, threading.Timer):
+        timer.cancel()
+    _held.clear()
+
+
+def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
+    retry = bool(_held.pop("retry", False))
+    if "signum" in _held and not retry:  # a second signal while the first is held
+        _force_stop(signum, frame)
+    if _importing(frame):
+        _held["signum"] = signum
+        _offer_again(signum)
+        return
+    _release()
     for s in STOP_SIGNALS:  # a second signal during the cleanup stops at once
         if signal.getsignal(s) is _raise_interrupted:
             signal.signal(s, _force_stop)
@@ -63,6 +119,7 @@ def stop_signals_raise() -> Iterator[None]:
     try:
         yield
     finally:
+        _release()  # a signal still held when the command ended: it has ended
         for s, handler in previous.items():
             if handler is not None:
                 signal.signal(s, handler)

@@ -101,6 +101,55 @@ def test_stop_signal_says_interrupted_and_removes_what_it_staged(digits_ckpt, tm
     assert not out.exists()  # nothing was published
 
 
+_HELD_BY_IMPORT = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from cli.stop_signals import Interrupted, stop_signals_raise
+with stop_signals_raise():
+    try:
+        import slow_module
+        time.sleep(30)
+        print("not interrupted")
+    except Interrupted as e:
+        mod = sys.modules.get("slow_module")
+        print(e.signum, getattr(mod, "DONE", False), flush=True)
+"""
+
+
+def _interrupt_during_import(tmp_path: Path, signals: list[signal.Signals]):
+    """A process with our handler, importing a module whose top level takes 2 s, sent
+    ``signals`` while that import runs."""
+    mark = tmp_path / "importing"
+    (tmp_path / "slow_module.py").write_text(
+        f"import pathlib, time\npathlib.Path({str(mark)!r}).touch()\ntime.sleep(2)\nDONE = True\n")
+    proc = subprocess.Popen([sys.executable, "-c", _HELD_BY_IMPORT, str(tmp_path)],
+                            cwd=Path(__file__).parents[2], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not mark.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.01)
+    for sig in signals:
+        proc.send_signal(sig)
+        time.sleep(0.2)
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, out, err
+
+
+def test_a_stop_signal_during_an_import_waits_for_the_import_to_finish(tmp_path):
+    """Unwinding a native module's initialisation (``import onnx`` in a build) aborted or
+    segfaulted the interpreter about one Ctrl-C in twenty; the signal is now raised just
+    after the import, which has run to its end."""
+    rc, out, err = _interrupt_during_import(tmp_path, [signal.SIGTERM])
+    assert (rc, out.split()) == (0, [str(int(signal.SIGTERM)), "True"]), err
+
+
+def test_a_second_stop_signal_during_an_import_stops_at_once(tmp_path):
+    """An import that hangs must not make the process unstoppable."""
+    rc, out, err = _interrupt_during_import(tmp_path, [signal.SIGINT, signal.SIGINT])
+    assert (rc, out) == (-signal.SIGINT, ""), err
+
+
 @pytest.mark.slow
 def test_next_build_sweeps_what_a_killed_build_left(digits_ckpt, tmp_path, env):
     """SIGKILL runs no cleanup: the next build removes the staging folder (under the
