@@ -8,6 +8,7 @@
 
 #include "edgesmith_rt.h"
 #include "es_act.h"
+#include "es_lanes.h"
 
 #if (defined(__AVX2__) && defined(__FMA__)) || defined(__AVX512F__)
 #include <immintrin.h>
@@ -84,7 +85,7 @@ static inline __m512 act512v(__m512 v, int act, float a0, float a1) {
 static inline void act_row(float *d, const float *e, int n, int act, float a0, float a1) {
     int i;
     for (i = 0; i < n; i += 16) {
-        const __mmask16 k = (__mmask16)(n - i >= 16 ? 0xFFFFu : (1u << (n - i)) - 1u);
+        const __mmask16 k = (__mmask16)es_mask16(n - i);
         _mm512_mask_storeu_ps(d + i, k, act512v(_mm512_maskz_loadu_ps(k, e + i), act, a0, a1));
     }
 }

@@ -16,6 +16,7 @@
  * the same SIMD path). An odometer over the outer dims moves each input's offset by its
  * stride. es_add_i8_bcast_ref walks every element through the same stride table. */
 #include "../edgesmith_rt.h"
+#include "../es_lanes.h"
 #include "../es_simd.h"
 
 /* one input's contribution at the common scale: (v - zp) << left, times its multiplier */
@@ -261,7 +262,7 @@ static int add_f32_simd(const int8_t *a, const int8_t *b, int8_t *y, int n,
     const __m512i yzp = _mm512_set1_epi32(p->y_zp);
     int i;
     for (i = 0; i < n; i += 16) {
-        const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+        const __mmask16 k = (__mmask16)es_mask16(n - i);
         const __m512 fa = dequant16(_mm_maskz_loadu_epi8(k, a + i), p->a_zp, p->a_scale);
         const __m512 fb = dequant16(_mm_maskz_loadu_epi8(k, b + i), p->b_zp, p->b_scale);
         __m512 v = _mm512_div_ps(p->sub ? _mm512_sub_ps(fa, fb) : _mm512_add_ps(fa, fb), ys);

@@ -16,6 +16,7 @@
 #include "../edgesmith_rt.h"
 #include "../es_act.h"
 #include "../es_act_simd.h"
+#include "../es_lanes.h"
 #include "../es_phases_f32.h"
 
 #define ES_F32_TP 32
@@ -117,9 +118,6 @@ static const float *wblock(const float *w, int m0, int K) {
 #define ES_PREFETCHW(a) ((void)(a))
 #endif
 
-/* 16-bit masks of the first n of 16 lanes */
-#define ES_MASK16(n) ((n) >= 16 ? 0xFFFFu : (n) <= 0 ? 0u : (1u << (n)) - 1u)
-
 #if defined(__AVX512F__)
 /* act(b8[r] + sum_k wp[8k + r] col[k][j]) for r < nr and the columns j < 16 nv set in keep:
  * 8 output channels x 16 nv pixels (nv = 1 only for a plane's last 16 or fewer), row r's
@@ -138,7 +136,7 @@ ES_ALWAYS_INLINE void mk_f32_8xv(const float *col, const int32_t *off, int K, co
     __m512 a0[ES_F32_MR], a1[ES_F32_MR];
     const __mmask16 k0 = (__mmask16)(keep & 0xFFFFu), k1 = (__mmask16)(keep >> 16);
     const int n0 = __builtin_popcount(k0), prefix = (keep & (keep + 1u)) == 0u;
-    const __mmask16 s0 = (__mmask16)ES_MASK16(n0), s1 = (__mmask16)ES_MASK16(__builtin_popcount(k1));
+    const __mmask16 s0 = (__mmask16)es_mask16(n0), s1 = (__mmask16)es_mask16(__builtin_popcount(k1));
     int r, k;
 #if defined(__GNUC__)
 #pragma GCC unroll 8

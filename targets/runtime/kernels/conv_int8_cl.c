@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "../edgesmith_rt.h"
+#include "../es_lanes.h"
 #include "../es_simd.h"
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -78,7 +79,7 @@ static void to_hwc_u8(const int8_t *x, uint32_t *xh, int Hp, int Wp, int C4,
     fill_border(xh, Hp, Wp, C4, p);
     for (j0 = 0; j0 < HW; j0 += 16) {
         const int nj = HW - j0 < 16 ? HW - j0 : 16;
-        const __mmask16 lm = (__mmask16)(nj == 16 ? 0xffffu : (1u << nj) - 1u);
+        const __mmask16 lm = (__mmask16)es_mask16(nj);
         uint32_t *dst[16];
         for (j = 0; j < nj; ++j) { /* where pixel j0 + j goes; NULL: nowhere (not read) */
             dst[j] = r < Hp && q < Wp ? xh + ((size_t)r * Wp + q) * C4 : NULL;
@@ -240,9 +241,8 @@ __attribute__((always_inline))
 #endif
 static inline void tile_n(const cl_tile *tl, int KH, int KW, int C4, const int32_t *bias,
                           int8_t *y, int P, const es_conv_params *p, const int n) {
-    const __mmask16 k0 = (__mmask16)(tl->nm >= 16 ? 0xffffu : (1u << tl->nm) - 1u);
-    const __mmask16 k1 = (__mmask16)(tl->nm >= 32 ? 0xffffu
-                                     : tl->nm > 16 ? (1u << (tl->nm - 16)) - 1u : 0u);
+    const __mmask16 k0 = (__mmask16)es_mask16(tl->nm);
+    const __mmask16 k1 = (__mmask16)es_mask16(tl->nm - 16);
     const __m512i b0 = _mm512_maskz_loadu_epi32(k0, bias + tl->m0);
     const __m512i b1 = _mm512_maskz_loadu_epi32(k1, bias + tl->m0 + NC);
     const int8_t *w0 = tl->w0, *w1 = tl->w1;

@@ -18,6 +18,7 @@
 #include "../edgesmith_rt.h"
 #include "../es_act.h"
 #include "../es_act_simd.h"
+#include "../es_lanes.h"
 #include "../es_phases_f32.h"
 
 /* ---- depthwise --------------------------------------------------------------------------
@@ -559,7 +560,6 @@ static void dw_lanes(const float *x, const float *w, const float *b, float *scra
  * accumulators keep four FMA chains in flight. Rows narrower than 24 outputs stay on the
  * phase kernel, whose flat grid fills the lanes. */
 #if defined(__AVX512F__)
-#define ES_DWD_MASK(n) ((n) >= 16 ? 0xFFFFu : (n) <= 0 ? 0u : (1u << (n)) - 1u)
 #define ES_DWD_MAXOW 512 /* the column masks of a row live on the stack: 16 chunks of 32 */
 #define ES_DW_DIRECT(p)                                                                    \
     ((p)->SW == 2 && (p)->DH == 1 && (p)->OW >= 24 && (p)->OW <= ES_DWD_MAXOW &&           \
@@ -613,13 +613,13 @@ static inline void dwd_rows(const float *xc, const float *wc, float bias, float 
         }
     }
     yc += (size_t)oh * p->OW + ow;
-    _mm512_mask_storeu_ps(yc, (__mmask16)ES_DWD_MASK(n), act512v(a0, p->act, p->a0, p->a1));
-    _mm512_mask_storeu_ps(yc + 16, (__mmask16)ES_DWD_MASK(n - 16),
+    _mm512_mask_storeu_ps(yc, (__mmask16)es_mask16(n), act512v(a0, p->act, p->a0, p->a1));
+    _mm512_mask_storeu_ps(yc + 16, (__mmask16)es_mask16(n - 16),
                           act512v(a1, p->act, p->a0, p->a1));
     if (two) {
         yc += p->OW;
-        _mm512_mask_storeu_ps(yc, (__mmask16)ES_DWD_MASK(n), act512v(b0, p->act, p->a0, p->a1));
-        _mm512_mask_storeu_ps(yc + 16, (__mmask16)ES_DWD_MASK(n - 16),
+        _mm512_mask_storeu_ps(yc, (__mmask16)es_mask16(n), act512v(b0, p->act, p->a0, p->a1));
+        _mm512_mask_storeu_ps(yc + 16, (__mmask16)es_mask16(n - 16),
                               act512v(b1, p->act, p->a0, p->a1));
     }
 }
@@ -792,7 +792,7 @@ ES_DW_INLINE void dwk_block(const float *xc, const __m512 *wk, const float *wc, 
     for (q = 0; q < NB; ++q)
         for (r = 0; r < nr; ++r)
             _mm512_mask_storeu_ps(yc + (size_t)(oh + r) * p->OW + ow + 16 * q,
-                                  (__mmask16)ES_DWD_MASK(n - 16 * q),
+                                  (__mmask16)es_mask16(n - 16 * q),
                                   act512v(acc[q][r], p->act, p->a0, p->a1));
 }
 

@@ -2,6 +2,7 @@
 #include <float.h>
 
 #include "../edgesmith_rt.h"
+#include "../es_lanes.h"
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
@@ -120,7 +121,7 @@ static void max_cols(const float *t, float *y, int w0, int w1, const es_pool_par
  * -FLT_MAX outside the row */
 static inline __m512 rows_max16(const float *const *r, int nr, int c, int W) {
     const int lim = W - c;
-    const __mmask16 k = (__mmask16)(lim >= 16 ? 0xFFFFu : lim <= 0 ? 0u : (1u << lim) - 1u);
+    const __mmask16 k = (__mmask16)es_mask16(lim);
     const __m512 lo = _mm512_set1_ps(-FLT_MAX);
     __m512 m = lo;
     int i;
