@@ -87,7 +87,10 @@ def _release() -> None:
 
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
     retry = bool(_held.pop("retry", False))
-    if "signum" in _held and not retry:  # a second signal while the first is held
+    # a second signal while the first is held stops at once (one that lands in the
+    # microseconds between a retry's flag and its signal is taken for the retry: one more
+    # signal then stops)
+    if "signum" in _held and not retry:
         _force_stop(signum, frame)
     if _importing(frame):
         _held["signum"] = signum
