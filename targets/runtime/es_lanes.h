@@ -1,6 +1,6 @@
 /* The mask of a loop's tail: a kernel that walks n elements 16 at a time finishes the
  * last n % 16 in one masked load or store (AVX-512's __mmask16, or 16 bytes of an xmm)
- * instead of a scalar loop. One definition here, where six kernels each kept a copy. */
+ * instead of a scalar loop. One definition here, where six kernels and es_simd.h each kept a copy. */
 #ifndef ES_LANES_H
 #define ES_LANES_H
 

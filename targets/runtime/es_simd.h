@@ -6,6 +6,7 @@
 #ifndef ES_SIMD_H
 #define ES_SIMD_H
 #include "edgesmith_rt.h"
+#include "es_lanes.h"
 
 /* a helper kept out of line where inlining it into a kernel's loop nest measured slower
  * (its vector state spills, or the hot loops lose their alignment) */
@@ -139,7 +140,7 @@ static inline __m512 es_rq_scale16(__m512i mult, __m512i shift) {
  * requantised as rq says into [qmin, qmax] around y_zp */
 static inline es_rq16 es_rq16_setup(const int32_t *mult, const int32_t *shift, int n,
                                     int32_t rq, int32_t y_zp, int32_t qmin, int32_t qmax) {
-    const __mmask16 cm = (__mmask16)(n >= 16 ? 0xffffu : (1u << n) - 1u);
+    const __mmask16 cm = (__mmask16)es_mask16(n);
     const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi64(1);
     __m512i total;
     es_rq16 q;

@@ -564,7 +564,7 @@ ES_ALWAYS_INLINE void cl_store16(const __m512 *v, const int np, int nr, float *y
         const __m512i rows = _mm512_mullo_epi32(
             _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
             _mm512_set1_epi32((int)ys));
-        _mm512_mask_i32scatter_ps(y + 8, (__mmask16)(nr >= 16 ? 0xFFFF : (1u << nr) - 1), rows,
+        _mm512_mask_i32scatter_ps(y + 8, (__mmask16)es_mask16(nr), rows,
                                   v[8], 4);
     }
 }
