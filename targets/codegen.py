@@ -42,6 +42,7 @@ CORE_SOURCES = ["edgesmith_rt.h", "es_simd.h", "es_lanes.h", "es_act.h", "es_act
 PREPROCESS_SOURCES = ["es_preprocess.h", "es_preprocess.c"]
 # the worker pool, when options: {threads: N > 1} (threads.py)
 THREADS_SOURCES = ["es_threads.h", "es_threads.c"]
+MAX_BOUND_INPUTS = 8  # edgesmith_rt.h's ES_MAX_BOUND_INPUTS: es_model's input pointers
 
 
 @dataclass
@@ -323,6 +324,12 @@ _API_H = [
     "void es_deinit(es_model *m);",
     "int es_input(es_model *m, int index, const void *data, size_t nbytes);",
     "void *es_input_ptr(es_model *m, int index);",
+    "/* Read input index from data itself on every run, no copy, until es_input or",
+    " * es_input_ptr: es_input_bytes[index] bytes, aligned to ES_ARENA_ALIGN, kept valid and",
+    " * unchanged while a run reads them; the model never writes them. ES_ERR_UNAVAILABLE for",
+    " * an input that is also an output (its output is its arena slot) or past the first",
+    " * ES_MAX_BOUND_INPUTS. */",
+    "int es_bind_input(es_model *m, int index, const void *data, size_t nbytes);",
     "int es_run(es_model *m, const es_hooks *hooks);",
     "/* Run at most max_steps steps; ES_MORE while steps remain, ES_OK when done. */",
     "int es_run_slice(es_model *m, int max_steps, const es_hooks *hooks);",
@@ -331,6 +338,7 @@ _API_H = [
     "/* between model.c and es_model.c: where inputs and outputs live in the arena, and",
     " * one step of the model (es_run and es_run_slice call it; not for applications) */",
     "extern const uint32_t es_input_offsets[], es_output_offsets[];",
+    "extern const unsigned char es_input_bindable[]; /* es_bind_input may bind it */",
     "void es_run_step(es_model *m, int index);",
     "", "#ifdef __cplusplus", "}", "#endif", "#endif /* ES_MODEL_H */", ""]
 
@@ -347,6 +355,7 @@ def _plan_tables(g: Graph, plan: Plan, wl: wts.WeightsLayout) -> str:
              for t in g.tensors.values()]
     ins = ", ".join(str(plan.offsets[n]) + "u" for n in g.inputs) or "0u"
     outs = ", ".join(str(plan.offsets[n]) + "u" for n in g.outputs) or "0u"
+    bind = ", ".join(str(int(_bindable(g, i))) for i in range(len(g.inputs))) or "0"
     in_b = ", ".join(f"ES_INPUT{i}_BYTES" for i in range(len(g.inputs))) or "0u"
     out_b = ", ".join(f"ES_OUTPUT{i}_BYTES" for i in range(len(g.outputs))) or "0u"
     return f"""/* ---- memory plan: {len(g.tensors)} tensors; arena {plan.arena_bytes} B
@@ -358,6 +367,7 @@ const es_tensor_info es_tensors[] = {{
 const int es_num_tensors = (int)(sizeof es_tensors / sizeof es_tensors[0]);
 
 const uint32_t es_input_offsets[] = {{{ins}}};
+const unsigned char es_input_bindable[] = {{{bind}}};
 const uint32_t es_output_offsets[] = {{{outs}}};
 const uint32_t es_input_bytes[] = {{{in_b}}};
 const uint32_t es_output_bytes[] = {{{out_b}}};
@@ -371,14 +381,27 @@ const char *const es_step_ops[] = {{
 """
 
 
+def _bindable(g: Graph, i: int) -> bool:
+    """Whether es_bind_input may bind input ``i``: the steps then read it through
+    m->input[i]. Not an input that is also an output (es_output reads its arena slot) nor
+    one past the ES_MAX_BOUND_INPUTS pointers the model object holds."""
+    return i < MAX_BOUND_INPUTS and g.inputs[i] not in g.outputs
+
+
 def _buffer_defines(g: Graph, plan: Plan, wl: wts.WeightsLayout, names: dict[str, str]) -> str:
     """One #define per buffer: activations at their arena offset (A), constants at their
-    weights offset (W), each step's scratch; used only inside es_run_step."""
+    weights offset (W), each step's scratch; used only inside es_run_step. A bindable input
+    is read through m->input[i] (its arena slot, or the caller's buffer: es_bind_input)."""
     lines = ["/* ---- buffers: activations and scratch in the arena A, constants in the "
              "weights W ---- */"]
+    bound = {n: i for i, n in enumerate(g.inputs) if _bindable(g, i)}
     for t in g.tensors.values():
         base, off = ("W", wl.offsets[t.name]) if t.kind == "const" else ("A",
                                                                          plan.offsets[t.name])
+        if t.name in bound:
+            lines.append(f"#define {names[t.name]} ((unsigned char *)m->input[{bound[t.name]}])"
+                         f" /* {t.ctype} {list(t.shape)}, {t.nbytes} B at A + {off}, or bound */")
+            continue
         lines.append(f"#define {names[t.name]} ({base} + {off}) "
                      f"/* {t.ctype} {list(t.shape)}, {t.nbytes} B */")
     for i, st in enumerate(g.steps):

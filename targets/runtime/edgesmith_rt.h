@@ -71,10 +71,16 @@ typedef struct {
 uint64_t es_now_ns(void); /* monotonic clock; 0 where none exists */
 
 /* ---- the model object ---------------------------------------------------------------- */
+/* inputs es_bind_input can bind, at most (the rest are always copied in by es_input) */
+#define ES_MAX_BOUND_INPUTS 8
+
 typedef struct {
     unsigned char *arena;
     size_t arena_size;
     es_weights weights;
+    /* where the steps read each input: its slot in the arena (es_input copies there), or
+     * the caller's own buffer (es_bind_input: no copy per run) */
+    const unsigned char *input[ES_MAX_BOUND_INPUTS];
     int next_step; /* es_run_slice resumes here */
     int ready;
     void *pool; /* es_threads.c's workers (model.h's ES_THREADS > 1), else NULL */

@@ -4,7 +4,8 @@
  * generated model.c: the sizes (model.h's ES_* macros), the memory plan as data
  * (es_input_offsets / es_output_offsets, es_tensors) and es_run_step, one case per
  * step. This file only checks arguments, binds the arena and the weights, copies inputs
- * and outputs, and walks the steps, resumably, with the hooks around each. With
+ * (or binds the caller's buffers in their place) and outputs, and walks the steps,
+ * resumably, with the hooks around each. With
  * ES_THREADS > 1 (options: {threads: N}) es_init also starts the worker pool the heavy
  * steps split their output channels over (es_threads.h), and es_deinit joins it; the
  * hooks still run once per step on the calling thread. */
@@ -20,7 +21,7 @@ extern const unsigned char es_weights_blob[];
 #endif
 
 int es_init(es_model *m, void *arena, size_t arena_size, const char *weights_path) {
-    int rc = ES_OK;
+    int rc = ES_OK, i;
     if (!m || !arena) return ES_ERR_ARG;
     memset(m, 0, sizeof *m);
     if (arena_size < ES_ARENA_BYTES) return ES_ERR_ARENA_SMALL;
@@ -48,6 +49,8 @@ int es_init(es_model *m, void *arena, size_t arena_size, const char *weights_pat
 #endif
     m->arena = (unsigned char *)arena;
     m->arena_size = arena_size;
+    for (i = 0; i < ES_NUM_INPUTS && i < ES_MAX_BOUND_INPUTS; ++i)
+        m->input[i] = m->arena + es_input_offsets[i];
     m->next_step = 0;
     m->ready = 1;
     return rc;
@@ -65,16 +68,38 @@ void es_deinit(es_model *m) {
     m->ready = 0;
 }
 
+/* input index read from its arena slot again (ends an es_bind_input) */
+static void unbind(es_model *m, int index) {
+    if (index < ES_MAX_BOUND_INPUTS) m->input[index] = m->arena + es_input_offsets[index];
+}
+
 int es_input(es_model *m, int index, const void *data, size_t nbytes) {
     if (!m || !m->ready) return ES_ERR_NOT_INIT;
     if (index < 0 || index >= ES_NUM_INPUTS || !data) return ES_ERR_ARG;
     if (nbytes != es_input_bytes[index]) return ES_ERR_SIZE;
     memcpy(m->arena + es_input_offsets[index], data, nbytes);
+    unbind(m, index);
+    return ES_OK;
+}
+
+/* The steps never write an input (a step that works in place writes its own output, at
+ * the same arena offset), so a caller's buffer can stand in for the arena slot: a camera
+ * frame or a DMA buffer is read where it lies, with no copy per run, and stays untouched.
+ * It must stay valid and unchanged while a run reads it, and be aligned as the arena is
+ * (kernels may load it in whole vectors). */
+int es_bind_input(es_model *m, int index, const void *data, size_t nbytes) {
+    if (!m || !m->ready) return ES_ERR_NOT_INIT;
+    if (index < 0 || index >= ES_NUM_INPUTS || !data) return ES_ERR_ARG;
+    if (nbytes != es_input_bytes[index]) return ES_ERR_SIZE;
+    if ((uintptr_t)data % ES_ARENA_ALIGN) return ES_ERR_ARG;
+    if (index >= ES_MAX_BOUND_INPUTS || !es_input_bindable[index]) return ES_ERR_UNAVAILABLE;
+    m->input[index] = (const unsigned char *)data;
     return ES_OK;
 }
 
 void *es_input_ptr(es_model *m, int index) {
     if (!m || !m->ready || index < 0 || index >= ES_NUM_INPUTS) return NULL;
+    unbind(m, index); /* the caller writes the arena slot: the steps read it from there */
     return m->arena + es_input_offsets[index];
 }
 

@@ -3,7 +3,9 @@
  *   harness weights FILE       es_init with FILE; prints the code and message, never crashes
  *   harness slice K            es_run_slice(K) to completion == es_run, counts hooks
  *   harness power ROOT         cpufreq / RAPL helpers against a sysfs tree
- *   harness duty K SLEEP_US    es_run_duty output == es_run output            */
+ *   harness duty K SLEEP_US    es_run_duty output == es_run output
+ *   harness bind               es_bind_input: the steps read the caller's buffer in place,
+ *                              leave it untouched, and es_input / es_input_ptr end it   */
 #define _POSIX_C_SOURCE 200112L
 #include <dlfcn.h>
 #include <stdio.h>
@@ -36,6 +38,45 @@ static void after(void *u, int i, const char *op, const char *name, uint64_t ns)
 static void fill(void) {
     unsigned i;
     for (i = 0; i < ES_INPUT0_ELEMS; ++i) in0[i] = (float)((int)(i * 7919u % 200u) - 100) / 50.0f;
+}
+
+/* what es_output gives after one es_run, compared with want */
+static int run_matches(es_model *m, const float *want) {
+    if (es_run(m, NULL) != ES_OK) return 0;
+    es_output(m, 0, got, sizeof got);
+    return memcmp(want, got, sizeof got) == 0;
+}
+
+/* es_bind_input against es_input, on input 0 (ref: the output of in0 through es_input) */
+static int bind_mode(es_model *m) {
+    static unsigned char raw[sizeof in0 + 2 * ES_ARENA_ALIGN];
+    static float neg[ES_INPUT0_ELEMS], ref_neg[ES_OUTPUT0_ELEMS];
+    unsigned char *buf = raw + (ES_ARENA_ALIGN - (uintptr_t)raw % ES_ARENA_ALIGN) % ES_ARENA_ALIGN;
+    int rc, same, again, untouched, follows, input_ends, ptr_ends;
+    unsigned i;
+    for (i = 0; i < ES_INPUT0_ELEMS; ++i) neg[i] = -in0[i];
+    es_input(m, 0, neg, sizeof neg);
+    es_run(m, NULL);
+    es_output(m, 0, ref_neg, sizeof ref_neg);
+    memcpy(buf, in0, sizeof in0);
+    rc = es_bind_input(m, 0, buf, sizeof in0);
+    same = run_matches(m, ref);
+    again = run_matches(m, ref); /* a second run: the arena reused, the input still there */
+    untouched = memcmp(buf, in0, sizeof in0) == 0;
+    memcpy(buf, neg, sizeof neg); /* no call: the next run reads the new values */
+    follows = run_matches(m, ref_neg);
+    es_input(m, 0, in0, sizeof in0); /* back to the arena: the buffer no longer counts */
+    input_ends = run_matches(m, ref);
+    es_bind_input(m, 0, buf, sizeof in0);
+    memcpy(es_input_ptr(m, 0), in0, sizeof in0); /* written in place: read from there */
+    ptr_ends = run_matches(m, ref);
+    printf("{\"rc\": %d, \"same\": %d, \"again\": %d, \"untouched\": %d, \"follows\": %d, "
+           "\"input_ends\": %d, \"ptr_ends\": %d, \"misaligned\": %d, \"short\": %d, "
+           "\"index\": %d, \"null\": %d}\n",
+           rc, same, again, untouched, follows, input_ends, ptr_ends,
+           es_bind_input(m, 0, buf + 4, sizeof in0), es_bind_input(m, 0, buf, sizeof in0 - 1),
+           es_bind_input(m, ES_NUM_INPUTS, buf, sizeof in0), es_bind_input(m, 0, NULL, sizeof in0));
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -100,6 +141,7 @@ int main(int argc, char **argv) {
                memcmp(ref, got, sizeof got) == 0);
         return 0;
     }
+    if (strcmp(argv[1], "bind") == 0) return bind_mode(&m);
     if (strcmp(argv[1], "slice") == 0 || strcmp(argv[1], "duty") == 0) {
         es_hooks h = {before, after, NULL};
         int k = atoi(argv[2]), slices = 0;
