@@ -4,7 +4,7 @@
  *   edgesmith_bench [--weights F] [--input in.raw] [--output out.raw] [--runs N]
  *                   [--warmup W] [--profile] [--trace] [--sysfs ROOT]
  *                   [--slice K] [--run-us U] [--sleep-us S] [--period-ms P]
- *                   [--governor NAME] [--no-power]
+ *                   [--governor NAME] [--no-power] [--copy-input]
  *   edgesmith_bench [--weights F] --frames frames.u8 --frame-hw H W [--labels L]
  *                   [--output out.raw]
  *   edgesmith_bench [--weights F] --samples N --input in.raw --output out.raw
@@ -14,6 +14,10 @@
  * output likewise. Memory: arena and I/O buffers are static; no allocation at all.
  * --profile adds "steps": the mean time of every step (op, node name) over the timed runs,
  * measured by the after_step hook, so a slow layer is found on the device itself.
+ * The timed runs read the inputs where they were loaded (es_bind_input), as an application
+ * reading a camera buffer in place does and as the peers' benchmarks run (an input set
+ * once, then invoked); --copy-input copies them into the arena before every run instead
+ * (es_input), so the figure includes that copy. The JSON line says which: "input".
  *
  * Power: the run starts from model.h's ES_POWER_* (the profile's power: block), or, with
  * --no-power anywhere on the line, from everything off (back to back, the governor
@@ -83,6 +87,7 @@ typedef struct {
     int frame_h, frame_w;        /* --frame-hw */
     long samples;                /* --samples mode: N samples in one file; 0 = off */
     int runs, warmup, profile, trace;
+    int copy_input;     /* --copy-input: es_input before every timed run, not es_bind_input */
     es_duty duty;       /* slicing: --slice, --run-us, --sleep-us */
     uint32_t period_us; /* --period-ms: one inference per period; 0 = back to back */
 } bench_args;
@@ -127,7 +132,17 @@ static double pct(const double *v, int n, double q) {
     return v[i < 0 ? 0 : (i >= n ? n - 1 : i)];
 }
 
-static unsigned char in_buf[ES_NUM_INPUTS][ES_MAX_INPUT_BYTES];
+/* the inputs as read from --input, each aligned as the arena is, so that the timed runs can
+ * read them in place (es_bind_input) */
+#define ES_BENCH_IN_STRIDE \
+    ((ES_MAX_INPUT_BYTES + ES_ARENA_ALIGN - 1) / ES_ARENA_ALIGN * ES_ARENA_ALIGN)
+static unsigned char in_raw[ES_NUM_INPUTS * ES_BENCH_IN_STRIDE + ES_ARENA_ALIGN];
+static int inputs_bound; /* the timed runs read in_buf(i) in place: feed copies nothing */
+
+static unsigned char *in_buf(int i) {
+    size_t mis = (size_t)((uintptr_t)in_raw % ES_ARENA_ALIGN);
+    return in_raw + (mis ? ES_ARENA_ALIGN - mis : 0) + (size_t)i * ES_BENCH_IN_STRIDE;
+}
 
 static int load_inputs(const char *path) {
     FILE *f;
@@ -136,7 +151,8 @@ static int load_inputs(const char *path) {
     f = fopen(path, "rb");
     if (!f) return -1;
     for (i = 0; i < ES_NUM_INPUTS; ++i) {
-        if (es_input_bytes[i] > sizeof in_buf[i] || fread(in_buf[i], 1, es_input_bytes[i], f) != es_input_bytes[i]) {
+        if (es_input_bytes[i] > ES_MAX_INPUT_BYTES ||
+            fread(in_buf(i), 1, es_input_bytes[i], f) != es_input_bytes[i]) {
             fclose(f);
             return -1;
         }
@@ -147,8 +163,9 @@ static int load_inputs(const char *path) {
 
 static int feed(es_model *m) {
     int i, rc;
+    if (inputs_bound) return ES_OK;
     for (i = 0; i < ES_NUM_INPUTS; ++i) {
-        rc = es_input(m, i, in_buf[i], es_input_bytes[i]);
+        rc = es_input(m, i, in_buf(i), es_input_bytes[i]);
         if (rc != ES_OK) return rc;
     }
     return ES_OK;
@@ -182,6 +199,15 @@ static void print_json_text(const char *t) {
     }
 }
 
+/* every input read in place from in_buf (es_bind_input); 0, and feed copies them before
+ * each run, where the model cannot bind one */
+static int bind_inputs(es_model *m) {
+    int i;
+    for (i = 0; i < ES_NUM_INPUTS; ++i)
+        if (es_bind_input(m, i, in_buf(i), es_input_bytes[i]) != ES_OK) return 0;
+    return 1;
+}
+
 /* one inference, sliced when the duty says so */
 static int run_once(es_model *m, const es_duty *duty, const es_hooks *hooks) {
     int rc = feed(m);
@@ -194,7 +220,7 @@ static int usage(const char *argv0) {
     fprintf(stderr, "usage: %s [--weights F] [--input in.raw] [--output out.raw] "
                     "[--runs N>=1] [--warmup W>=0] [--profile] [--trace] [--sysfs ROOT] "
                     "[--slice K>=0] [--run-us U>=0] [--sleep-us S>=0] [--period-ms P>=0] "
-                    "[--governor NAME] [--no-power]\n"
+                    "[--governor NAME] [--no-power] [--copy-input]\n"
                     "       %s [--weights F] --frames F --frame-hw H W [--labels L] "
                     "[--output out.raw]\n"
                     "       %s [--weights F] --samples N>=1 --input in.raw --output out.raw\n"
@@ -259,6 +285,10 @@ static int parse_flag(int argc, char **argv, int *i, bench_args *a) {
     }
     if (strcmp(flag, "--trace") == 0) {
         a->trace = 1;
+        return 0;
+    }
+    if (strcmp(flag, "--copy-input") == 0) {
+        a->copy_input = 1;
         return 0;
     }
     if (strcmp(flag, "--no-power") == 0) return 0; /* applied before the other flags */
@@ -476,7 +506,7 @@ static int to_input(const es_preprocess_spec *spec) {
                         "%u values)\n", (unsigned)ES_INPUT0_BYTES, (unsigned)ES_INPUT0_ELEMS);
         return -1;
     }
-    memcpy(in_buf[0], pre_buf, ES_INPUT0_BYTES);
+    memcpy(in_buf(0), pre_buf, ES_INPUT0_BYTES);
     return 0;
 }
 
@@ -630,8 +660,8 @@ static int check_samples_size(FILE *f, const char *path, long n) {
 static int read_sample(FILE *f) {
     int i;
     for (i = 0; i < ES_NUM_INPUTS; ++i)
-        if (es_input_bytes[i] > sizeof in_buf[i] ||
-            fread(in_buf[i], 1, es_input_bytes[i], f) != es_input_bytes[i])
+        if (es_input_bytes[i] > ES_MAX_INPUT_BYTES ||
+            fread(in_buf(i), 1, es_input_bytes[i], f) != es_input_bytes[i])
             return -1;
     return 0;
 }
@@ -793,6 +823,7 @@ int main(int argc, char **argv) {
         es_deinit(&m);
         return rc;
     }
+    if (!a.copy_input) inputs_bound = bind_inputs(&m);
     if (a.output && write_output(&m, &a) != 0) return 1;
     memset(&st, 0, sizeof st);
     hooks.user = &st;
@@ -823,10 +854,10 @@ int main(int argc, char **argv) {
     printf("{\"latency_ms\": {\"p50\": %.6f, \"p90\": %.6f, \"p99\": %.6f, \"min\": %.6f, "
            "\"mean\": %.6f}, "
            "\"arena_bytes\": %u, \"weights_bytes\": %u, \"runs\": %d, \"warmup\": %d, "
-           "\"slice\": %d, \"peak_rss_kb\": %ld",
+           "\"slice\": %d, \"input\": \"%s\", \"peak_rss_kb\": %ld",
            pct(lat_ms, a.runs, 0.5), pct(lat_ms, a.runs, 0.9), pct(lat_ms, a.runs, 0.99),
            lat_ms[0], mean_ms, (unsigned)ES_ARENA_BYTES, (unsigned)ES_WEIGHTS_BYTES, a.runs, a.warmup,
-           a.duty.max_steps, peak_rss_kb());
+           a.duty.max_steps, inputs_bound ? "bound" : "copied", peak_rss_kb());
     print_energy(&a, &st, (double)es_energy_delta_uj(e0, e1, meter.max_range_uj) / 1e6,
                  energy_ok ? meter.path : NULL, energy_why);
     print_power(&a, &st, gov_cpus, gov_why);

@@ -2,13 +2,14 @@
 into the arena, on real builds through the real compiler. The steps give the same output as
 after es_input, never write the buffer (also where the first step works in place), read
 whatever it holds at each run, and es_input / es_input_ptr end the binding. Bad calls get
-their error codes."""
+their error codes. edgesmith_bench times runs on bound inputs unless --copy-input."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 
+import numpy as np
 import pytest
 
 from edgesmith.targets import codegen, run
@@ -152,3 +153,19 @@ int main(void) {
     return 0;
 }
 """
+
+
+def test_the_bench_times_bound_inputs_unless_told_to_copy(digits_c_int8):
+    import re
+
+    n = int(re.search(r"#define ES_INPUT0_BYTES (\d+)", (digits_c_int8 / "model.h").read_text())[1])
+    x = np.random.default_rng(1).standard_normal(n // 4).astype("<f4")
+    (digits_c_int8 / "bind_in.raw").write_bytes(x.tobytes())
+    outs = {}
+    for flags, mode in (([], "bound"), (["--copy-input"], "copied")):
+        o = run.run_bench(digits_c_int8 / "edgesmith_bench",
+                          ["--input", "bind_in.raw", "--output", f"bind_{mode}.raw",
+                           "--runs", "5", *flags], cwd=digits_c_int8)
+        assert o["input"] == mode
+        outs[mode] = (digits_c_int8 / f"bind_{mode}.raw").read_bytes()
+    assert outs["bound"] == outs["copied"] and len(outs["bound"]) > 0
