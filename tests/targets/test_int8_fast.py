@@ -69,7 +69,12 @@ PQUAD_CASES = [[24, 6, 12, 32, 1, 1, 1, 1, 0, 0, 1, 1, 1, -9, 201, 6, 12],
                [16, 8, 8, 48, 1, 1, 1, 1, 0, 0, 1, 1, 1, -128, 203, 8, 8],
                [7, 4, 4, 16, 1, 1, 1, 1, 0, 0, 1, 1, 1, 3, 204, 4, 4],
                [33, 2, 6, 64, 1, 1, 1, 1, 0, 0, 1, 1, 1, -70, 205, 2, 6],
-               [12, 12, 12, 96, 1, 1, 1, 1, 0, 0, 1, 1, 1, 21, 206, 12, 12]]
+               [12, 12, 12, 96, 1, 1, 1, 1, 0, 0, 1, 1, 1, 21, 206, 12, 12],
+               # more channels than the dot kernel's per-call scale table holds (DOT_SCALES,
+               # 2048): each tile makes its block's scales itself; fp32 requantisation (the
+               # seeds draw it), into pixel quads and, 3x3 on 6x6, into split rows
+               [16, 4, 8, 2064, 1, 1, 1, 1, 0, 0, 1, 1, 1, -9, 207, 4, 8],
+               [8, 6, 6, 2056, 3, 3, 1, 1, 1, 1, 1, 1, 1, 5, 213, 6, 6]]
 
 
 def _pquads(args: list[int]) -> bool:
