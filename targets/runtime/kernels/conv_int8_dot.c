@@ -378,6 +378,19 @@ static void out_scales(dot_out *o, float *scale, unsigned char *below1, int M) {
     o->below1 = below1;
 }
 
+/* one call's dot_out and the scale tables it points into, on the caller's stack */
+typedef struct {
+    dot_out o;
+    float scale[DOT_SCALES];
+    unsigned char below1[DOT_SCALES / TM];
+} dot_call;
+
+static void call_setup(dot_call *c, const int32_t *mult, const int32_t *shift,
+                       const es_conv_params *p) {
+    c->o = out_consts(mult, shift, p);
+    out_scales(&c->o, c->scale, c->below1, p->M);
+}
+
 /* the float32 scales of channels m0 .. m0 + nr - 1 (ES_RQ_FP32; zeros, unused, otherwise),
  * in one vector step */
 static void row_scales(float *sc, int m0, int nr, const dot_out *o) {
@@ -726,25 +739,23 @@ static void tile_8x32(const dot_block *a, const dot_block *b, const int8_t *w8, 
                 return;
             }
             if (da.whole && db.whole && db.pix == da.pix + TP) { /* 32 pixels in a row */
-                if (b1) {
-                    put2x32_f32(da.pix, s0, s1, u0, u1, ym, P2, scale_of(sc, 0),
-                                scale_of(sc, 1), &o, 1);
-                    put2x32_f32(da.pix, s2, s3, u2, u3, ym + 2 * P2, P2, scale_of(sc, 2),
-                                scale_of(sc, 3), &o, 1);
-                    put2x32_f32(da.pix, s4, s5, u4, u5, ym + 4 * P2, P2, scale_of(sc, 4),
-                                scale_of(sc, 5), &o, 1);
-                    put2x32_f32(da.pix, s6, s7, u6, u7, ym + 6 * P2, P2, scale_of(sc, 6),
-                                scale_of(sc, 7), &o, 1);
-                    return;
-                }
-                put2x32_f32(da.pix, s0, s1, u0, u1, ym, P2, scale_of(sc, 0), scale_of(sc, 1),
-                            &o, 0);
-                put2x32_f32(da.pix, s2, s3, u2, u3, ym + 2 * P2, P2, scale_of(sc, 2),
-                            scale_of(sc, 3), &o, 0);
-                put2x32_f32(da.pix, s4, s5, u4, u5, ym + 4 * P2, P2, scale_of(sc, 4),
-                            scale_of(sc, 5), &o, 0);
-                put2x32_f32(da.pix, s6, s7, u6, u7, ym + 6 * P2, P2, scale_of(sc, 6),
-                            scale_of(sc, 7), &o, 0);
+#define ES_PUT8X32(below1)                                                                    \
+    do {                                                                                       \
+        put2x32_f32(da.pix, s0, s1, u0, u1, ym, P2, scale_of(sc, 0), scale_of(sc, 1), &o,      \
+                    below1);                                                                   \
+        put2x32_f32(da.pix, s2, s3, u2, u3, ym + 2 * P2, P2, scale_of(sc, 2), scale_of(sc, 3), \
+                    &o, below1);                                                               \
+        put2x32_f32(da.pix, s4, s5, u4, u5, ym + 4 * P2, P2, scale_of(sc, 4), scale_of(sc, 5), \
+                    &o, below1);                                                               \
+        put2x32_f32(da.pix, s6, s7, u6, u7, ym + 6 * P2, P2, scale_of(sc, 6), scale_of(sc, 7), \
+                    &o, below1);                                                               \
+    } while (0)
+                /* below1 a constant in each: the byte clamps or the float one, no branch */
+                if (b1)
+                    ES_PUT8X32(1);
+                else
+                    ES_PUT8X32(0);
+#undef ES_PUT8X32
                 return;
             }
             if (!o.pquads) {
@@ -777,12 +788,15 @@ typedef struct {
     const int32_t *mult, *shift;
 } dot_out;
 
-static dot_out out_consts(const int32_t *mult, const int32_t *shift, const es_conv_params *p) {
+typedef struct {
     dot_out o;
+} dot_call;
+
+static void call_setup(dot_call *c, const int32_t *mult, const int32_t *shift,
+                       const es_conv_params *p) {
     (void)p;
-    o.mult = mult;
-    o.shift = shift;
-    return o;
+    c->o.mult = mult;
+    c->o.shift = shift;
 }
 
 /* requantised lanes to their output pixels in row m (a byte loop: segments are short, and
@@ -919,12 +933,8 @@ static void dot_conv(const int8_t *x, const int8_t *w8, const int32_t *bias_u8,
     const uint32_t *xt = p->x_quads ? (const uint32_t *)(const void *)x : planes;
     size_t tap[ES_DOT_MAXT];
     dot_block b;
-    dot_out out = out_consts(mult, shift, p);
-#if defined(ES_DOT_VNNI)
-    float scale[DOT_SCALES];
-    unsigned char below1[DOT_SCALES / TM];
-    out_scales(&out, scale, below1, p->M);
-#endif
+    dot_call call;
+    call_setup(&call, mult, shift, p);
     b.part = part;
     b.C4 = C4;
     b.c4_step = phase * S * S * 4;
@@ -954,12 +964,12 @@ static void dot_conv(const int8_t *x, const int8_t *w8, const int32_t *bias_u8,
             direct_segments(&b, v0, V, d.Wq, p->OW);
             direct_segments(&b2, v0 + TP, V, d.Wq, p->OW);
             if (b.nseg == 0 || b2.nseg == 0) { /* one tile (or none) has outputs */
-                if (b.nseg > 0) tile_all(&b, w8, K4, bias_u8, &out, y, p);
-                if (b2.nseg > 0) tile_all(&b2, w8, K4, bias_u8, &out, y, p);
+                if (b.nseg > 0) tile_all(&b, w8, K4, bias_u8, &call.o, y, p);
+                if (b2.nseg > 0) tile_all(&b2, w8, K4, bias_u8, &call.o, y, p);
                 continue;
             }
             for (m0 = 0; m0 < p->M; m0 += TM)
-                tile_8x32(&b, &b2, w8, K4, bias_u8, &out, m0,
+                tile_8x32(&b, &b2, w8, K4, bias_u8, &call.o, m0,
                           (p->M - m0) < TM ? (p->M - m0) : TM, y, P, p);
         }
         add_pixels(add, y, p->M, P, pixels_before((V - 1) / ADD_CHUNK * ADD_CHUNK, d.Wq, p->OW),
@@ -984,7 +994,7 @@ static void dot_conv(const int8_t *x, const int8_t *w8, const int32_t *bias_u8,
             b.k0 = t0 * C4;
             b.first = t0 == 0;
             b.last = t0 + nt == T;
-            tile_all(&b, w8, K4, bias_u8, &out, y, p);
+            tile_all(&b, w8, K4, bias_u8, &call.o, y, p);
         }
         if ((b.pix[0] + TP) % ADD_CHUNK == 0 || b.pix[0] + TP >= P)
             add_pixels(add, y, p->M, P, b.pix[0] / ADD_CHUNK * ADD_CHUNK,
@@ -1164,12 +1174,8 @@ void es_conv2d_i8_stem(const int8_t *x, const int8_t *w8, const int32_t *bias_u8
     size_t tap0 = 0;
     int oh0, v0, m0;
     dot_block a;
-    dot_out out = out_consts(mult, shift, p);
-#if defined(ES_DOT_VNNI)
-    float scale[DOT_SCALES];
-    unsigned char below1[DOT_SCALES / TM];
-    out_scales(&out, scale, below1, p->M);
-#endif
+    dot_call call;
+    call_setup(&call, mult, shift, p);
     stem_rows(x, rows, rowbuf, Hp, Wp, S, Wq, p);
     /* lanes past a block's pixels are computed and never stored; zeroed once so that they
      * are defined */
@@ -1194,7 +1200,7 @@ void es_conv2d_i8_stem(const int8_t *x, const int8_t *w8, const int32_t *bias_u8
             a.len[0] = n - v0 < TP ? n - v0 : TP;
             a.pix[0] = oh0 * OW + v0;
             if (n - v0 <= TP) {
-                tile_all(&a, w8, K4, bias_u8, &out, y, p);
+                tile_all(&a, w8, K4, bias_u8, &call.o, y, p);
                 continue;
             }
             b = a;
@@ -1202,7 +1208,7 @@ void es_conv2d_i8_stem(const int8_t *x, const int8_t *w8, const int32_t *bias_u8
             b.len[0] = n - v0 - TP < TP ? n - v0 - TP : TP;
             b.pix[0] = oh0 * OW + v0 + TP;
             for (m0 = 0; m0 < p->M; m0 += TM)
-                tile_8x32(&a, &b, w8, K4, bias_u8, &out, m0,
+                tile_8x32(&a, &b, w8, K4, bias_u8, &call.o, m0,
                           (p->M - m0) < TM ? (p->M - m0) : TM, y, P, p);
         }
     }
