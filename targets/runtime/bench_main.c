@@ -139,10 +139,13 @@ static double pct(const double *v, int n, double q) {
 static unsigned char in_raw[ES_NUM_INPUTS * ES_BENCH_IN_STRIDE + ES_ARENA_ALIGN];
 static int inputs_bound; /* the timed runs read in_buf(i) in place: feed copies nothing */
 
-static unsigned char *in_buf(int i) {
-    size_t mis = (size_t)((uintptr_t)in_raw % ES_ARENA_ALIGN);
-    return in_raw + (mis ? ES_ARENA_ALIGN - mis : 0) + (size_t)i * ES_BENCH_IN_STRIDE;
+/* the first ES_ARENA_ALIGN-aligned byte of raw (its last ES_ARENA_ALIGN bytes are slack) */
+static unsigned char *aligned(unsigned char *raw) {
+    size_t mis = (size_t)((uintptr_t)raw % ES_ARENA_ALIGN);
+    return raw + (mis ? ES_ARENA_ALIGN - mis : 0);
 }
+
+static unsigned char *in_buf(int i) { return aligned(in_raw) + (size_t)i * ES_BENCH_IN_STRIDE; }
 
 static int load_inputs(const char *path) {
     FILE *f;
@@ -809,11 +812,7 @@ int main(int argc, char **argv) {
                 (unsigned)es_input_bytes[0]);
         return 1;
     }
-    {
-        size_t mis = (size_t)((uintptr_t)arena_raw % ES_ARENA_ALIGN);
-        unsigned char *arena = arena_raw + (mis ? ES_ARENA_ALIGN - mis : 0);
-        rc = es_init(&m, arena, ES_ARENA_BYTES, a.weights);
-    }
+    rc = es_init(&m, aligned(arena_raw), ES_ARENA_BYTES, a.weights);
     if (rc != ES_OK) {
         fprintf(stderr, "error: es_init: %s\n", es_strerror(rc));
         return 1;

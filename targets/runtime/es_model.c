@@ -20,6 +20,11 @@
 extern const unsigned char es_weights_blob[];
 #endif
 
+/* input index read from its arena slot again (ends an es_bind_input) */
+static void unbind(es_model *m, int index) {
+    if (index < ES_MAX_BOUND_INPUTS) m->input[index] = m->arena + es_input_offsets[index];
+}
+
 int es_init(es_model *m, void *arena, size_t arena_size, const char *weights_path) {
     int rc = ES_OK, i;
     if (!m || !arena) return ES_ERR_ARG;
@@ -49,8 +54,7 @@ int es_init(es_model *m, void *arena, size_t arena_size, const char *weights_pat
 #endif
     m->arena = (unsigned char *)arena;
     m->arena_size = arena_size;
-    for (i = 0; i < ES_NUM_INPUTS && i < ES_MAX_BOUND_INPUTS; ++i)
-        m->input[i] = m->arena + es_input_offsets[i];
+    for (i = 0; i < ES_NUM_INPUTS; ++i) unbind(m, i); /* every input read from the arena */
     m->next_step = 0;
     m->ready = 1;
     return rc;
@@ -66,11 +70,6 @@ void es_deinit(es_model *m) {
     es_weights_close(&m->weights);
 #endif
     m->ready = 0;
-}
-
-/* input index read from its arena slot again (ends an es_bind_input) */
-static void unbind(es_model *m, int index) {
-    if (index < ES_MAX_BOUND_INPUTS) m->input[index] = m->arena + es_input_offsets[index];
 }
 
 int es_input(es_model *m, int index, const void *data, size_t nbytes) {

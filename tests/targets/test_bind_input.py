@@ -7,6 +7,7 @@ their error codes. edgesmith_bench times runs on bound inputs unless --copy-inpu
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import numpy as np
@@ -15,7 +16,11 @@ import pytest
 from edgesmith.targets import codegen, run
 from edgesmith.targets.ir import lower
 from edgesmith.targets.planner import plan
+from edgesmith.targets.tiling import TilingForce
+from edgesmith.targets.tiling_search import apply
 from tests.targets._helpers import compile_harness, model_sources
+from tests.targets._tiling_nets import quantized_pair
+from tests.targets.test_tiling import _chain_model
 
 ES_OK, ES_ERR_ARG, ES_ERR_SIZE, ES_ERR_UNAVAILABLE = 0, -1, -12, -13
 GOOD = {"rc": ES_OK, "same": 1, "again": 1, "untouched": 1, "follows": 1, "input_ends": 1,
@@ -40,10 +45,6 @@ def test_a_bound_input_feeds_patches_and_threads(kind, tmp_path):
     """Patch-based execution reads its input window by window (tiling_c.py) and a threaded
     step from worker threads (threads.py): both through the input's buffer name, so both
     read the bound buffer. int8, MobileNetV2-style chain at an odd size."""
-    from edgesmith.targets.tiling import TilingForce
-    from edgesmith.targets.tiling_search import apply
-    from tests.targets._tiling_nets import quantized_pair
-    from tests.targets.test_tiling import _chain_model
 
     _, qdq, _ = quantized_pair(_chain_model(), (3, 63, 61), tmp_path, "chain", 1)
     out = tmp_path / kind
@@ -156,8 +157,6 @@ int main(void) {
 
 
 def test_the_bench_times_bound_inputs_unless_told_to_copy(digits_c_int8):
-    import re
-
     n = int(re.search(r"#define ES_INPUT0_BYTES (\d+)", (digits_c_int8 / "model.h").read_text())[1])
     x = np.random.default_rng(1).standard_normal(n // 4).astype("<f4")
     (digits_c_int8 / "bind_in.raw").write_bytes(x.tobytes())
