@@ -147,7 +147,8 @@ def gemm_f32_direct(p: dict) -> bool:
 def gemm_f32_scratch(p: dict) -> int:
     """Bytes of es_conv2d_f32_gemm scratch; mirrors ES_F32_GEMM_SCRATCH. In place: two
     tables of K row offsets and a K x 32 im2col tile for the last partial tile. Otherwise:
-    K row offsets, an 8 x 32 output tile, each channel's SH x SW stride phases of its
+    K row offsets over the phases and over the input (a stride-1 conv's chunks clear of the
+    padding read it in place), an 8 x 32 output tile, each channel's SH x SW stride phases of its
     padded plane (HQ x WQ + WQ + 32 floats each, as dw_f32_scratch) and one padded row."""
     def k16(k: int) -> int:
         return -(-k // 16) * 16
@@ -156,7 +157,7 @@ def gemm_f32_scratch(p: dict) -> int:
         return 4 * (2 * k16(p["C"]) + 32 * p["C"])
     hq = ((p["OH"] - 1) * p["SH"] + (p["KH"] - 1) * p["DH"] + p["SH"]) // p["SH"]
     wq = ((p["OW"] - 1) * p["SW"] + (p["KW"] - 1) * p["DW"] + p["SW"]) // p["SW"]
-    return 4 * (k16(p["C"] * p["KH"] * p["KW"]) + 256
+    return 4 * (2 * k16(p["C"] * p["KH"] * p["KW"]) + 256
                 + p["C"] * p["SH"] * p["SW"] * (hq * wq + wq + 32) + wq * p["SW"])
 
 

@@ -309,15 +309,17 @@ void es_conv2d_f32(const float *x, const float *w, const float *b, float *y,
  * kernels/dwconv_f32.c, depthwise (es_dwconv2d_f32, scratch below).
  * The GEMM reads a 1x1 stride-1 unpadded conv's input in place (ES_F32_GEMM_DIRECT: K row
  * offsets twice and a 32-pixel im2col tile for the last partial tile), every other conv
- * from the stride phases of each channel's padded plane (K row offsets, an 8 x 32 output
- * tile, C x SH x SW phases of HQ x WQ + WQ + 32 floats, one padded row of WQ x SW). */
+ * from the stride phases of each channel's padded plane (K row offsets over the phases and
+ * over the input, which a stride-1 conv's chunks clear of the padding read in place; an
+ * 8 x 32 output tile, C x SH x SW phases of HQ x WQ + WQ + 32 floats, one padded row of
+ * WQ x SW). */
 #define ES_F32_K16(K) (((unsigned)(K) + 15u) / 16u * 16u)
 #define ES_F32_GEMM_DIRECT(C, H, W, OH, OW, KH, KW, SH, SW, PT, PL)                           \
     ((KH) == 1 && (KW) == 1 && (SH) == 1 && (SW) == 1 && (PT) == 0 && (PL) == 0 &&        \
      (OH) == (H) && (OW) == (W))
 #define ES_F32_GEMM_SCRATCH(C, OH, OW, KH, KW, SH, SW, DH, DW, direct)                         \
     (4u * ((direct) ? 2u * ES_F32_K16(C) + 32u * (unsigned)(C)                                 \
-                    : ES_F32_K16((C) * (KH) * (KW)) + 256u +                                   \
+                    : 2u * ES_F32_K16((C) * (KH) * (KW)) + 256u +                              \
                           (unsigned)(C) * (unsigned)((SH) * (SW)) *                            \
                               ((unsigned)ES_F32_DW_HQ(OH, KH, SH, DH) *                        \
                                    (unsigned)ES_F32_DW_HQ(OW, KW, SW, DW) +                    \

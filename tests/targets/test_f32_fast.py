@@ -45,6 +45,18 @@ GEMM_CASES = [
     # through the phases, K = 270, M = 32: 32 channels at a time, chunks of 9, 9, 9, 8
     [29, 51, 50, 128, 3, 3, 2, 2, 1, 1, 1, 1, 1, 3, 217, 26, 25],  # stride 2, K = 261,
     # two 64-channel blocks over rows of 25 (chunks 5 x 5), leaky
+    # Stride-1 row chunks clear of the padding read the input in place, the rest the edges
+    # of the padded plane (pad_edges):
+    [40, 12, 20, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 218, 12, 20],  # 32-channel chunks of
+    # 7, 7, 6: the middle one in place on rows 1-10
+    [16, 30, 40, 64, 5, 5, 1, 1, 4, 4, 2, 2, 1, 2, 219, 30, 40],  # 5x5 dilated 2, pad 4:
+    # chunks of 6 x 5 and 5 x 2, the first and the last on the edges, 8 padded rows each end
+    [24, 20, 30, 64, 3, 3, 1, 1, 0, 2, 1, 1, 1, 0, 220, 18, 30],  # no padding above, below
+    # or right, 2 columns left: every row in the middle, only the first chunk on an edge
+    [32, 10, 3, 32, 3, 3, 1, 1, 1, 4, 1, 1, 1, 1, 221, 10, 9],  # rows of 9 from 3 columns:
+    # one chunk a row, on both edges (the row's left and right columns meet)
+    [32, 10, 2, 32, 3, 3, 1, 1, 1, 4, 1, 1, 1, 1, 222, 10, 9],  # 2 columns under a 3-wide
+    # kernel: no chunk can read in place, the whole plane is built
 ]
 
 

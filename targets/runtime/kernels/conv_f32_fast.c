@@ -625,6 +625,30 @@ static int use_cl(int P, int n, int K, int M, int OW) {
            (mc - M) * cells < (cells - P) * mc;
 }
 
+/* ---- where a row chunk reads its K rows -----------------------------------------------
+ * From the padded plane (ph, K row offsets off over the phases), or, for a stride-1 conv's
+ * chunk none of whose taps falls in the padding, from the input in place (x at row
+ * oh - PT, column ow - PL; offsets offx over C H W). The plane then holds only what the
+ * other chunks read (pad_edges), where building all of it cost a memset and a copy of
+ * every input row: a 3x3 64 -> 64 conv alone at 56 x 56, Intel Xeon, 4.6 -> 2.7 % of its
+ * perf samples (the rest is the kernel). Chunks in place: rows r0 <= oh < r1 and columns
+ * c0 <= ow, ow + np <= c1 (r0 = r1: none). */
+typedef struct {
+    const float *ph, *x;
+    const int32_t *off, *offx;
+    int WQ, W, PT, PL, r0, r1, c0, c1;
+} cl_src;
+
+static inline const float *cl_src_at(const cl_src *s, int oh, int ow, int np,
+                                     const int32_t **off) {
+    if (oh >= s->r0 && oh < s->r1 && ow >= s->c0 && ow + np <= s->c1) {
+        *off = s->offx;
+        return s->x + (size_t)(oh - s->PT) * s->W + (ow - s->PL);
+    }
+    *off = s->off;
+    return s->ph + (size_t)oh * s->WQ + ow;
+}
+
 /* the packed weight rows and the biases of output channels [m0, m0 + ch), ch a multiple of
  * 16, of which the returned count are real (rows past M read row 0 and their lanes are not
  * stored) */
@@ -710,9 +734,8 @@ static void cl64_chunk(const float *cp0, const int32_t *off, int K, const float 
 }
 
 /* gemm_cl_rows with 64-channel chunks of at most 6 pixels */
-static void gemm_cl64_rows(const float *col, const int32_t *off, int K, const float *wp,
-                           const float *b, float *y, int P, int OW, int WQ,
-                           const es_conv_params *p) {
+static void gemm_cl64_rows(const cl_src *s, int K, const float *wp, const float *b, float *y,
+                           int P, int OW, const es_conv_params *p) {
     const int rc = (OW + ES_CL64_NP - 1) / ES_CL64_NP, rb = OW / rc, rx = OW % rc;
     int m0, c, oh, ow;
     for (m0 = 0; m0 < p->M; m0 += 64) {
@@ -722,8 +745,10 @@ static void gemm_cl64_rows(const float *col, const int32_t *off, int K, const fl
         for (oh = 0; oh < P / OW; ++oh)
             for (c = 0, ow = 0; c < rc; ++c) {
                 const int np = rb + (c < rx);
-                cl64_chunk(col + (size_t)oh * WQ + ow, off, K, wb, bb,
-                           y + (size_t)m0 * P + (size_t)oh * OW + ow, (size_t)P, np, nr, p);
+                const int32_t *off;
+                const float *cp = cl_src_at(s, oh, ow, np, &off);
+                cl64_chunk(cp, off, K, wb, bb, y + (size_t)m0 * P + (size_t)oh * OW + ow,
+                           (size_t)P, np, nr, p);
                 ow += np;
             }
     }
@@ -734,14 +759,24 @@ static void gemm_cl64_rows(const float *col, const int32_t *off, int K, const fl
  * ES_CL_NP consecutive pixels (cl_tile_row), none across a row end. Out of line: inlined
  * into gemm_cl it changed that function's register allocation, and the 7 x 7 planes'
  * chunks (ResNet-18's layer4, which stay in gemm_cl) ran 4-5 % slower. */
-ES_NOINLINE void gemm_cl_rows(const float *col, const int32_t *off, int K, const float *wp,
-                              const float *b, float *y, int P, int OW, int WQ,
-                              const es_conv_params *p) {
+/* the most pixels gemm_cl_rows puts in one chunk of a row of OW, M channels */
+static int cl_np(int M, int OW) {
+#if defined(__AVX512F__)
+    if (M % 64 == 0 && OW >= ES_CL64_OW) return ES_CL64_NP;
+#else
+    (void)M;
+    (void)OW;
+#endif
+    return ES_CL_NP;
+}
+
+ES_NOINLINE void gemm_cl_rows(const cl_src *s, int K, const float *wp, const float *b,
+                              float *y, int P, int OW, const es_conv_params *p) {
     const int M = p->M, rc = (OW + ES_CL_NP - 1) / ES_CL_NP, rb = OW / rc, rx = OW % rc;
     int m0, c, p0, oh, ow;
 #if defined(__AVX512F__)
-    if (M % 64 == 0 && OW >= ES_CL64_OW) {
-        gemm_cl64_rows(col, off, K, wp, b, y, P, OW, WQ, p);
+    if (cl_np(M, OW) == ES_CL64_NP) {
+        gemm_cl64_rows(s, K, wp, b, y, P, OW, p);
         return;
     }
 #endif
@@ -752,7 +787,9 @@ ES_NOINLINE void gemm_cl_rows(const float *col, const int32_t *off, int K, const
         for (oh = 0, p0 = 0; oh < P / OW; ++oh)
             for (c = 0, ow = 0; c < rc; ++c) {
                 const int np = rb + (c < rx);
-                cl_tile_row(col + (size_t)oh * WQ + ow, off, K, wb, bb, t, np, p);
+                const int32_t *off;
+                const float *cp = cl_src_at(s, oh, ow, np, &off);
+                cl_tile_row(cp, off, K, wb, bb, t, np, p);
                 tile_out(t, np, nr, y + (size_t)m0 * P + p0, (size_t)P);
                 p0 += np;
                 ow += np;
@@ -762,12 +799,15 @@ ES_NOINLINE void gemm_cl_rows(const float *col, const int32_t *off, int K, const
 
 /* y[m][o] for every m < M and output o < P, o = oh OW + ow read at grid cell oh WQ + ow of
  * each K row col + off[k] */
-static void gemm_cl(const float *col, const int32_t *off, int K, const float *wp, const float *b,
-                    float *y, int P, int OW, int WQ, const es_conv_params *p) {
+static void gemm_cl(const cl_src *s, int K, const float *wp, const float *b, float *y, int P,
+                    int OW, const es_conv_params *p) {
     const int M = p->M, nc = (P + ES_CL_NP - 1) / ES_CL_NP, base = P / nc, extra = P % nc;
+    const float *col = s->ph;
+    const int32_t *off = s->off;
+    const int WQ = s->WQ;
     int m0, c, j, p0;
     if (OW >= ES_CL_NP) {
-        gemm_cl_rows(col, off, K, wp, b, y, P, OW, WQ, p);
+        gemm_cl_rows(s, K, wp, b, y, P, OW, p);
         return;
     }
     for (m0 = 0; m0 < M; m0 += ES_CL_CH) {
@@ -797,7 +837,9 @@ static void gemm_cl(const float *col, const int32_t *off, int K, const float *wp
  * kept cells with vcompressps and stores them straight into the output plane (the stem of
  * EfficientNet-B0, 3 -> 32 3x3 s2 SiLU at 224: 830 -> 553 us alone, load 9; the copy out of
  * a tile cost 16 memcpy calls per 8 x 32 block, as much as K = 27's FMAs); the other ISAs
- * compute into a tile and copy each output row's part out. */
+ * compute into a tile and copy each output row's part out. A stride-1 conv on channels in
+ * the lanes (gemm_cl_rows) reads its input planes in place wherever a chunk's taps miss the
+ * padding, and the phase plane holds only the border the other chunks read (cl_src). */
 
 #if !defined(ES_F32_HAS_KEEP) /* AVX-512 stores kept columns itself (mk_f32_8xv) */
 /* y[r][oh OW + ow] = tile[r][g - o0] for the grid cells g in [o0, o0 + nj) with ow < OW */
@@ -848,7 +890,8 @@ static void gemm_direct(const float *x, const float *w, const float *b, float *s
         off32[k] = k * ES_F32_TP;
     }
     if (use_cl(P, P, K, p->M, P)) {
-        gemm_cl(x, off, K, w, b, y, P, P, P, p);
+        const cl_src s = {x, NULL, off, NULL, P, P, 0, 0, 0, 0, 0, 0};
+        gemm_cl(&s, K, w, b, y, P, P, p);
         return;
     }
     for (q0 = 0; q0 < Pw; q0 += ES_F32_PB * ES_F32_TP) {
@@ -907,6 +950,114 @@ static void gemm_strided_1x1(const float *x, const float *w, const float *b, flo
     gemm_direct(xs, w, b, scratch, y, &q);
 }
 
+/* off[c T + t] = c cs + off[t] for channels c >= 1, given channel 0's T taps: the K row
+ * offsets without a division per k (those cost 0.6 % of ResNet-18-224 fp32's samples) */
+static void by_channel(int32_t *off, int C, int T, size_t cs) {
+    int c, t;
+    for (c = 1; c < C; ++c)
+        for (t = 0; t < T; ++t) off[c * T + t] = (int32_t)((size_t)off[t] + (size_t)c * cs);
+}
+
+/* every channel's stride phases of its padded plane, whole (es_f32_phases) */
+static void build_phases(float *ph, float *row, const float *x, const es_conv_params *p, int HQ,
+                         int WQ, size_t pq) {
+    const size_t cs = (size_t)p->SH * p->SW * pq;
+    int c;
+    memset(ph, 0, sizeof(float) * (size_t)p->C * cs); /* padding and slack, see es_f32_phases */
+    memset(row, 0, sizeof(float) * (size_t)WQ * p->SW);
+    for (c = 0; c < p->C; ++c)
+        es_f32_phases(ph + (size_t)c * cs, row, x + (size_t)c * p->H * p->W, p, HQ, WQ, pq);
+}
+
+/* The rows and columns of a stride-1 conv's row chunks (gemm_cl_rows' split of OW) that read
+ * the input in place, and their K row offsets over C H W; 0 where no chunk can (a plane
+ * narrower than its kernel), and then the whole plane is built as before. */
+static int in_place_rows(cl_src *s, const es_conv_params *p) {
+    const int KH = p->KH, KW = p->KW, eh = (p->KH - 1) * p->DH, ew = (p->KW - 1) * p->DW;
+    int32_t *offx = (int32_t *)s->offx;
+    int k;
+    s->r0 = p->PT < p->OH ? p->PT : p->OH;
+    s->r1 = p->H + p->PT - eh < p->OH ? p->H + p->PT - eh : p->OH;
+    s->c0 = p->PL;
+    s->c1 = p->W + p->PL - ew;
+    if (s->r1 <= s->r0 || s->c1 - s->c0 < 1) return 0;
+    for (k = 0; k < KH * KW; ++k)
+        offx[k] = (int32_t)((size_t)(k / KW * p->DH) * p->W + (size_t)(k % KW * p->DW));
+    by_channel(offx, p->C, KH * KW, (size_t)p->H * p->W);
+    return 1;
+}
+
+/* padded row r, columns [a, b), of one channel's plane d (row stride WQ): the input xc where
+ * both fall inside it, zero elsewhere; the one write of each of those cells */
+static void pad_segment(float *d, const float *xc, int r, int a, int b, const es_conv_params *p) {
+    const int ih = r - p->PT;
+    int lo = p->PL, hi = p->PL + p->W, u;
+    if (a >= b) return;
+    if (ih < 0 || ih >= p->H) lo = hi = a; /* a padding row */
+    lo = lo < a ? a : (lo > b ? b : lo);
+    hi = hi < lo ? lo : (hi > b ? b : hi);
+#if defined(__AVX512F__)
+    {
+        const float *xr = xc + (size_t)(lo < hi ? ih : 0) * p->W - p->PL; /* xr[i]: column i */
+        for (u = a; u < b; u += 16) {
+            const __mmask16 m = es_f32_lanes(lo - u, hi - u);
+            _mm512_mask_storeu_ps(d + u, es_f32_lanes(0, b - u),
+                                  _mm512_maskz_loadu_ps(m, xr + u));
+        }
+    }
+#else
+    for (u = a; u < lo; ++u) d[u] = 0.0f;
+    if (hi > lo)
+        memcpy(d + lo, xc + (size_t)ih * p->W + (lo - p->PL), sizeof(float) * (size_t)(hi - lo));
+    for (u = hi; u < b; ++u) d[u] = 0.0f;
+#endif
+}
+
+/* The cells of each channel's padded plane that the chunks not in place read (cl_src): whole
+ * rows above r0 + KH - 1 and from r1 on, and between them the columns of the row's first
+ * and last chunks when those fall out of [c0, c1). Nothing else of the plane is written. */
+static void pad_edges(float *ph, const float *x, const cl_src *s, size_t pq,
+                      const es_conv_params *p) {
+    const int OW = p->OW, WQ = s->WQ, eh = (p->KH - 1) * p->DH, ew = (p->KW - 1) * p->DW;
+    const int HQ = p->OH + eh, cn = cl_np(p->M, OW), rc = (OW + cn - 1) / cn;
+    const int rb = OW / rc, rx = OW % rc;
+    int L = 0, R = WQ, c, r, ow, i;
+    for (i = 0, ow = 0; i < rc; ++i) { /* the columns of the edge chunks of a middle row */
+        const int np = rb + (i < rx);
+        if (ow < s->c0 && ow + np + ew > L) L = ow + np + ew;
+        if (ow + np > s->c1 && ow < R) R = ow;
+        ow += np;
+    }
+    if (R < L) R = L;
+#if defined(__AVX512F__)
+    /* columns [0, L) and [R, WQ) of an input row: stored, and loaded where in the input */
+    const __mmask16 kl = es_f32_lanes(0, L), kr = es_f32_lanes(0, WQ - R);
+    const __mmask16 ml = kl & es_f32_lanes(p->PL, p->PL + p->W);
+    const __mmask16 mr = kr & es_f32_lanes(p->PL - R, p->PL + p->W - R);
+#endif
+    for (c = 0; c < p->C; ++c) {
+        float *d = ph + (size_t)c * pq;
+        const float *xc = x + (size_t)c * p->H * p->W;
+        for (r = 0; r < HQ; ++r) {
+            float *dr = d + (size_t)r * WQ;
+            if ((s->r0 > 0 && r < s->r0 + eh) || r >= s->r1 || r - p->PT >= p->H) {
+                pad_segment(dr, xc, r, 0, WQ, p);
+                continue;
+            }
+#if defined(__AVX512F__)
+            if (L <= 16 && WQ - R <= 16) { /* an input row: one vector each side, fixed masks */
+                const float *xr = xc + (size_t)(r - p->PT) * p->W - p->PL;
+                _mm512_mask_storeu_ps(dr, kl, _mm512_maskz_loadu_ps(ml, xr));
+                _mm512_mask_storeu_ps(dr + R, kr, _mm512_maskz_loadu_ps(mr, xr + R));
+                continue;
+            }
+#endif
+            pad_segment(dr, xc, r, 0, L, p);
+            pad_segment(dr, xc, r, R, WQ, p);
+        }
+    }
+}
+
 static void gemm_phases(const float *x, const float *w, const float *b, float *scratch,
                         float *y, const es_conv_params *p) {
     const int C = p->C, KH = p->KH, KW = p->KW, SH = p->SH, SW = p->SW, OH = p->OH, OW = p->OW;
@@ -914,28 +1065,33 @@ static void gemm_phases(const float *x, const float *w, const float *b, float *s
     const int HQ = ES_F32_DW_HQ(OH, KH, SH, p->DH), WQ = ES_F32_DW_HQ(OW, KW, SW, p->DW);
     const size_t pq = (size_t)HQ * WQ + (size_t)WQ + ES_F32_TP, cs = (size_t)SH * SW * pq;
     const int n = OH * WQ;
-    int32_t *off = (int32_t *)scratch;
-    float *tile = scratch + ES_F32_K16(K), *ph = tile + ES_F32_MR * ES_F32_TP;
+    int32_t *off = (int32_t *)scratch, *offx = off + ES_F32_K16(K);
+    float *tile = scratch + 2 * ES_F32_K16(K), *ph = tile + ES_F32_MR * ES_F32_TP;
     float *row = ph + (size_t)C * cs;
-    int c, k, o0, m0, r;
+    int k, o0, m0, r;
     if (KH == 1 && KW == 1 && p->PT == 0 && p->PL == 0 && SH * SW >= 2 &&
         (OH - 1) * SH < p->H && (OW - 1) * SW < p->W) { /* no padding read at either end */
         gemm_strided_1x1(x, w, b, scratch, y, p);
         return;
     }
-    for (k = 0; k < K; ++k) {
-        const int kh = k / KW % KH, kw = k % KW, dh = kh * p->DH, dw = kw * p->DW;
-        off[k] = (int32_t)((size_t)(k / (KH * KW)) * cs + (size_t)((dh % SH) * SW + dw % SW) * pq +
-                           (size_t)(dh / SH) * WQ + (size_t)(dw / SW));
+    for (k = 0; k < KH * KW; ++k) {
+        const int dh = k / KW * p->DH, dw = k % KW * p->DW;
+        off[k] = (int32_t)((size_t)((dh % SH) * SW + dw % SW) * pq + (size_t)(dh / SH) * WQ +
+                           (size_t)(dw / SW));
     }
-    memset(ph, 0, sizeof(float) * (size_t)C * cs); /* padding and slack, see es_f32_phases */
-    memset(row, 0, sizeof(float) * (size_t)WQ * SW);
-    for (c = 0; c < C; ++c)
-        es_f32_phases(ph + (size_t)c * cs, row, x + (size_t)c * p->H * p->W, p, HQ, WQ, pq);
+    by_channel(off, C, KH * KW, cs);
     if (use_cl(P, n, K, p->M, OW)) {
-        gemm_cl(ph, off, K, w, b, y, P, OW, WQ, p);
+        cl_src s = {ph, x, off, offx, WQ, p->W, p->PT, p->PL, 0, 0, 0, 0};
+        if (SH == 1 && SW == 1 && OW >= ES_CL_NP && in_place_rows(&s, p)) {
+            pad_edges(ph, x, &s, pq, p);
+        } else {
+            s.r0 = s.r1 = 0;
+            build_phases(ph, row, x, p, HQ, WQ, pq);
+        }
+        gemm_cl(&s, K, w, b, y, P, OW, p);
         return;
     }
+    build_phases(ph, row, x, p, HQ, WQ, pq);
     for (o0 = 0; o0 < n; o0 += ES_F32_TP) {
         const int nj = n - o0 < ES_F32_TP ? n - o0 : ES_F32_TP;
 #if defined(ES_F32_HAS_KEEP)
