@@ -26,6 +26,18 @@ static inline __mmask16 es_f32_lanes(int lo, int hi) {
  * caller. Per input row that leaves one copy, and for SW > 1 one de-interleave of the padded
  * row (GCC vectorises SW = 2's pair); the memsets of every padded row cost 45 % of a
  * stride-1 depthwise conv's time here. */
+/* Whether es_f32_phases writes every column (padding included) of each phase row that an
+ * input row lands in, so a caller need zero only the padding rows and the slack: the AVX-512
+ * SW = 2 path below, when some input column is read at all. */
+static inline int es_f32_phases_whole_rows(const es_conv_params *p) {
+#if defined(__AVX512F__)
+    return p->SW == 2 && p->PL < (p->OW - 1) * p->SW + (p->KW - 1) * p->DW + 1;
+#else
+    (void)p;
+    return 0;
+#endif
+}
+
 static inline void es_f32_phases(float *ph, float *row, const float *xc,
                                  const es_conv_params *p, int HQ, int WQ, size_t pq) {
     const int H = p->H, W = p->W, SH = p->SH, SW = p->SW, PL = p->PL;
@@ -48,7 +60,8 @@ static inline void es_f32_phases(float *ph, float *row, const float *xc,
                  * xr[i] = x[i - PL], loaded under a mask of [lo, hi) (zeros outside), and the
                  * even and odd columns of each 32 are two two-source permutes. ResNet-18's 1x1
                  * s2 64 -> 128 downsample at 56 x 56, kernel old/new alternating, per-round
-                 * min, load 1.8: 184.5 -> 158.3 us; 3x3 s2 3 -> 16 stem at 224: 0.97. */
+                 * min, load 1.8: 184.5 -> 158.3 us; 3x3 s2 3 -> 16 stem at 224: 0.97. Every
+                 * column of both phase rows is stored (es_f32_phases_whole_rows). */
                 const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22,
                                                      24, 26, 28, 30);
                 const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));

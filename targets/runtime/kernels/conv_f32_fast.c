@@ -630,9 +630,9 @@ static int use_cl(int P, int n, int K, int M, int OW) {
  * chunk none of whose taps falls in the padding, from the input in place (x at row
  * oh - PT, column ow - PL; offsets offx over C H W). The plane then holds only what the
  * other chunks read (pad_edges), where building all of it cost a memset and a copy of
- * every input row: a 3x3 64 -> 64 conv alone at 56 x 56, Intel Xeon, 4.6 -> 2.7 % of its
- * perf samples (the rest is the kernel). Chunks in place: rows r0 <= oh < r1 and columns
- * c0 <= ow, ow + np <= c1 (r0 = r1: none). */
+ * every input row: a 3x3 64 -> 64 conv alone at 56 x 56, random weights, Intel Xeon,
+ * 4.6 -> 2.7 % of its perf samples (the rest is the kernel). Chunks in place: rows
+ * r0 <= oh < r1 and columns c0 <= ow, ow + np <= c1 (r0 = r1: none). */
 typedef struct {
     const float *ph, *x;
     const int32_t *off, *offx;
@@ -648,6 +648,11 @@ static inline const float *cl_src_at(const cl_src *s, int oh, int ow, int np,
     *off = s->off;
     return s->ph + (size_t)oh * s->WQ + ow;
 }
+
+/* A row of OW outputs in rc chunks of consecutive pixels, as equal as they go: the first
+ * OW % rc have OW / rc + 1 pixels, the rest OW / rc. The kernels and pad_edges (which
+ * writes the columns the edge chunks read) split a row by this one rule. */
+static inline int chunk_len(int OW, int rc, int i) { return OW / rc + (i < OW % rc); }
 
 /* the packed weight rows and the biases of output channels [m0, m0 + ch), ch a multiple of
  * 16, of which the returned count are real (rows past M read row 0 and their lanes are not
@@ -736,7 +741,7 @@ static void cl64_chunk(const float *cp0, const int32_t *off, int K, const float 
 /* gemm_cl_rows with 64-channel chunks of at most 6 pixels */
 static void gemm_cl64_rows(const cl_src *s, int K, const float *wp, const float *b, float *y,
                            int P, int OW, const es_conv_params *p) {
-    const int rc = (OW + ES_CL64_NP - 1) / ES_CL64_NP, rb = OW / rc, rx = OW % rc;
+    const int rc = (OW + ES_CL64_NP - 1) / ES_CL64_NP;
     int m0, c, oh, ow;
     for (m0 = 0; m0 < p->M; m0 += 64) {
         const float *wb[4];
@@ -744,7 +749,7 @@ static void gemm_cl64_rows(const cl_src *s, int K, const float *wp, const float 
         const int nr = cl_block(wp, b, K, p->M, m0, 64, wb, bb);
         for (oh = 0; oh < P / OW; ++oh)
             for (c = 0, ow = 0; c < rc; ++c) {
-                const int np = rb + (c < rx);
+                const int np = chunk_len(OW, rc, c);
                 const int32_t *off;
                 const float *cp = cl_src_at(s, oh, ow, np, &off);
                 cl64_chunk(cp, off, K, wb, bb, y + (size_t)m0 * P + (size_t)oh * OW + ow,
@@ -755,10 +760,6 @@ static void gemm_cl64_rows(const cl_src *s, int K, const float *wp, const float 
 }
 #endif
 
-/* gemm_cl on rows of at least ES_CL_NP outputs: each row in equal chunks of at most
- * ES_CL_NP consecutive pixels (cl_tile_row), none across a row end. Out of line: inlined
- * into gemm_cl it changed that function's register allocation, and the 7 x 7 planes'
- * chunks (ResNet-18's layer4, which stay in gemm_cl) ran 4-5 % slower. */
 /* the most pixels gemm_cl_rows puts in one chunk of a row of OW, M channels */
 static int cl_np(int M, int OW) {
 #if defined(__AVX512F__)
@@ -770,9 +771,13 @@ static int cl_np(int M, int OW) {
     return ES_CL_NP;
 }
 
+/* gemm_cl on rows of at least ES_CL_NP outputs: each row in equal chunks of at most
+ * ES_CL_NP consecutive pixels (cl_tile_row), none across a row end. Out of line: inlined
+ * into gemm_cl it changed that function's register allocation, and the 7 x 7 planes'
+ * chunks (ResNet-18's layer4, which stay in gemm_cl) ran 4-5 % slower. */
 ES_NOINLINE void gemm_cl_rows(const cl_src *s, int K, const float *wp, const float *b,
                               float *y, int P, int OW, const es_conv_params *p) {
-    const int M = p->M, rc = (OW + ES_CL_NP - 1) / ES_CL_NP, rb = OW / rc, rx = OW % rc;
+    const int M = p->M, rc = (OW + ES_CL_NP - 1) / ES_CL_NP;
     int m0, c, p0, oh, ow;
 #if defined(__AVX512F__)
     if (cl_np(M, OW) == ES_CL64_NP) {
@@ -786,7 +791,7 @@ ES_NOINLINE void gemm_cl_rows(const cl_src *s, int K, const float *wp, const flo
         const int nr = cl_block(wp, b, K, M, m0, ES_CL_CH, wb, bb);
         for (oh = 0, p0 = 0; oh < P / OW; ++oh)
             for (c = 0, ow = 0; c < rc; ++c) {
-                const int np = rb + (c < rx);
+                const int np = chunk_len(OW, rc, c);
                 const int32_t *off;
                 const float *cp = cl_src_at(s, oh, ow, np, &off);
                 cl_tile_row(cp, off, K, wb, bb, t, np, p);
@@ -951,41 +956,36 @@ static void gemm_strided_1x1(const float *x, const float *w, const float *b, flo
 }
 
 /* off[c T + t] = c cs + off[t] for channels c >= 1, given channel 0's T taps: the K row
- * offsets without a division per k (those cost 0.6 % of ResNet-18-224 fp32's samples) */
+ * offsets without a division per k (those cost 0.6 % of the samples of ResNet-18-224 fp32,
+ * trained zoo weights, Intel Xeon) */
 static void by_channel(int32_t *off, int C, int T, size_t cs) {
     int c, t;
     for (c = 1; c < C; ++c)
         for (t = 0; t < T; ++t) off[c * T + t] = (int32_t)((size_t)off[t] + (size_t)c * cs);
 }
 
-/* The cells of the phase planes es_f32_phases leaves to its caller: with AVX-512 at SW = 2
- * it writes every column of each phase row an input row lands in, padding included, so
- * only the padding rows and each plane's slack are zeroed here (the memset of whole planes
- * was most of the phase build: 923 KB a call for ResNet-18's 3x3 s2 64 -> 128); otherwise
- * everything. */
+/* The cells of the phase planes es_f32_phases leaves to its caller: where it writes whole
+ * rows (es_f32_phases_whole_rows) only the padding rows and each plane's slack are zeroed
+ * here (the memset of whole planes was most of the phase build: 923 KB a call for
+ * ResNet-18-224's 3x3 s2 64 -> 128); otherwise everything. */
 static void zero_phases(float *ph, const es_conv_params *p, int HQ, int WQ, size_t pq) {
     const size_t cs = (size_t)p->SH * p->SW * pq;
-#if defined(__AVX512F__)
-    if (p->SW == 2 && p->PL < (p->OW - 1) * p->SW + (p->KW - 1) * p->DW + 1) {
-        int c, a, b, q;
-        for (c = 0; c < p->C; ++c)
-            for (a = 0; a < p->SH; ++a)
-                for (b = 0; b < p->SW; ++b) {
-                    float *pl = ph + (size_t)c * cs + (size_t)(a * p->SW + b) * pq;
-                    for (q = 0; q < HQ; ++q) {
-                        const int ih = q * p->SH + a - p->PT;
-                        if (ih < 0 || ih >= p->H)
-                            memset(pl + (size_t)q * WQ, 0, sizeof(float) * (size_t)WQ);
-                    }
-                    memset(pl + (size_t)HQ * WQ, 0, sizeof(float) * (pq - (size_t)HQ * WQ));
-                }
+    int c, a, b, q;
+    if (!es_f32_phases_whole_rows(p)) {
+        memset(ph, 0, sizeof(float) * (size_t)p->C * cs);
         return;
     }
-#else
-    (void)HQ;
-    (void)WQ;
-#endif
-    memset(ph, 0, sizeof(float) * (size_t)p->C * cs);
+    for (c = 0; c < p->C; ++c)
+        for (a = 0; a < p->SH; ++a)
+            for (b = 0; b < p->SW; ++b) {
+                float *pl = ph + (size_t)c * cs + (size_t)(a * p->SW + b) * pq;
+                for (q = 0; q < HQ; ++q) {
+                    const int ih = q * p->SH + a - p->PT;
+                    if (ih < 0 || ih >= p->H)
+                        memset(pl + (size_t)q * WQ, 0, sizeof(float) * (size_t)WQ);
+                }
+                memset(pl + (size_t)HQ * WQ, 0, sizeof(float) * (pq - (size_t)HQ * WQ));
+            }
 }
 
 /* every channel's stride phases of its padded plane, whole (es_f32_phases) */
@@ -1001,7 +1001,8 @@ static void build_phases(float *ph, float *row, const float *x, const es_conv_pa
 
 /* The rows and columns of a stride-1 conv's row chunks (gemm_cl_rows' split of OW) that read
  * the input in place, and their K row offsets over C H W; 0 where no chunk can (a plane
- * narrower than its kernel), and then the whole plane is built as before. */
+ * narrower than its kernel: s then has no rows in place), and then the whole plane is built
+ * as before. */
 static int in_place_rows(cl_src *s, const es_conv_params *p) {
     const int KH = p->KH, KW = p->KW, eh = (p->KH - 1) * p->DH, ew = (p->KW - 1) * p->DW;
     int32_t *offx = (int32_t *)s->offx;
@@ -1010,7 +1011,10 @@ static int in_place_rows(cl_src *s, const es_conv_params *p) {
     s->r1 = p->H + p->PT - eh < p->OH ? p->H + p->PT - eh : p->OH;
     s->c0 = p->PL;
     s->c1 = p->W + p->PL - ew;
-    if (s->r1 <= s->r0 || s->c1 - s->c0 < 1) return 0;
+    if (s->r1 <= s->r0 || s->c1 - s->c0 < 1) {
+        s->r0 = s->r1 = 0;
+        return 0;
+    }
     for (k = 0; k < KH * KW; ++k)
         offx[k] = (int32_t)((size_t)(k / KW * p->DH) * p->W + (size_t)(k % KW * p->DW));
     by_channel(offx, p->C, KH * KW, (size_t)p->H * p->W);
@@ -1050,10 +1054,9 @@ static void pad_edges(float *ph, const float *x, const cl_src *s, size_t pq,
                       const es_conv_params *p) {
     const int OW = p->OW, WQ = s->WQ, eh = (p->KH - 1) * p->DH, ew = (p->KW - 1) * p->DW;
     const int HQ = p->OH + eh, cn = cl_np(p->M, OW), rc = (OW + cn - 1) / cn;
-    const int rb = OW / rc, rx = OW % rc;
     int L = 0, R = WQ, c, r, ow, i;
     for (i = 0, ow = 0; i < rc; ++i) { /* the columns of the edge chunks of a middle row */
-        const int np = rb + (i < rx);
+        const int np = chunk_len(OW, rc, i);
         if (ow < s->c0 && ow + np + ew > L) L = ow + np + ew;
         if (ow + np > s->c1 && ow < R) R = ow;
         ow += np;
@@ -1070,7 +1073,7 @@ static void pad_edges(float *ph, const float *x, const cl_src *s, size_t pq,
         const float *xc = x + (size_t)c * p->H * p->W;
         for (r = 0; r < HQ; ++r) {
             float *dr = d + (size_t)r * WQ;
-            if ((s->r0 > 0 && r < s->r0 + eh) || r >= s->r1 || r - p->PT >= p->H) {
+            if ((s->r0 > 0 && r < s->r0 + eh) || r >= s->r1) { /* r1 <= H + PT - eh */
                 pad_segment(dr, xc, r, 0, WQ, p);
                 continue;
             }
@@ -1112,12 +1115,10 @@ static void gemm_phases(const float *x, const float *w, const float *b, float *s
     by_channel(off, C, KH * KW, cs);
     if (use_cl(P, n, K, p->M, OW)) {
         cl_src s = {ph, x, off, offx, WQ, p->W, p->PT, p->PL, 0, 0, 0, 0};
-        if (SH == 1 && SW == 1 && OW >= ES_CL_NP && in_place_rows(&s, p)) {
+        if (SH == 1 && SW == 1 && OW >= ES_CL_NP && in_place_rows(&s, p))
             pad_edges(ph, x, &s, pq, p);
-        } else {
-            s.r0 = s.r1 = 0;
+        else
             build_phases(ph, row, x, p, HQ, WQ, pq);
-        }
         gemm_cl(&s, K, w, b, y, P, OW, p);
         return;
     }
