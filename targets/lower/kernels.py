@@ -62,7 +62,8 @@ def dot_i8_scratch(p: dict) -> int:
 
 def cl_i8_scratch(p: dict) -> int:
     """Bytes of es_conv2d_i8_cl scratch; mirrors ES_I8_CL_SCRATCH: the padded input (the
-    rows and columns the taps read) as HWC uint8 channel quads."""
+    rows and columns the taps read) as HWC uint8 channel quads, or, for the row tiles of a
+    stride-1 conv, as channel-quad planes of the same size."""
     hp, wp = padded(p)
     return 4 * hp * wp * ((p["C"] + 3) // 4)
 

@@ -535,7 +535,9 @@ void es_conv2d_i8_stem(const int8_t *x, const int8_t *w8, const int32_t *bias_u8
                        const es_conv_params *p);
 /* one group, output channels in the vector lanes (kernels/conv_int8_cl.c), for small output
  * planes; wc: [ceil(M/16)][KH][KW][C4][16][4] int8, bias_u8 as for es_conv2d_i8_dot.
- * Scratch: the padded input as HWC uint8 quads (lower/kernels.py cl_i8_scratch mirrors it). */
+ * Scratch: the padded input as HWC uint8 quads, or for the row tiles of a stride-1 conv as
+ * channel-quad planes (es_quads_i8.h), the same bytes (lower/kernels.py cl_i8_scratch
+ * mirrors it). */
 #define ES_I8_CL_SCRATCH(C, M, OH, OW, KH, KW, SH, SW, DH, DW)                               \
     (4u * (size_t)ES_DOT_PADDED(OH, SH, KH, DH) * (size_t)ES_DOT_PADDED(OW, SW, KW, DW) *       \
      (size_t)ES_DOT_CEIL(C, 4))

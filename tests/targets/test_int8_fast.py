@@ -59,6 +59,22 @@ WIDE_CASES = [[64, 4, 4, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 5, 101, 4, 4],
               [45, 7, 7, 36, 3, 3, 1, 1, 1, 1, 1, 1, 1, -20, 110, 7, 7],
               [67, 11, 10, 20, 3, 3, 2, 2, 1, 1, 1, 1, 1, 3, 111, 6, 5]]
 
+# es_conv2d_i8_cl's row tiles (stride 1, rows of 12 or more, or of 7 or more when a block
+# pair's weights pass 48 KB): rows of 7 two at a time with an odd last row alone, and all in
+# pairs; rows of 8 in one tile (no right padding); 12 in one, 15 as 8 + 7, 29 as 10 + 10 + 9
+# (dilated), 56 as 4 x 14 (no top padding, bottom padding only); a 1x3 kernel; 7x7, the
+# most taps the offset table holds; 9x9, more, on the gathered tiles. Odd last blocks (M =
+# 40, 24, 33, 20), one block (M = 16), and a partial last channel quad (C = 198, 5).
+ROW_CASES = [[176, 7, 7, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, -7, 121, 7, 7],
+             [198, 8, 7, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 60, 122, 8, 7],
+             [180, 9, 10, 16, 3, 3, 1, 1, 1, 0, 1, 1, 1, 3, 123, 9, 8],
+             [5, 6, 12, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 124, 6, 12],
+             [12, 9, 15, 33, 5, 5, 1, 1, 2, 2, 1, 1, 1, -128, 125, 9, 15],
+             [8, 5, 29, 32, 3, 3, 1, 1, 2, 2, 2, 2, 1, 127, 126, 5, 29],
+             [4, 3, 56, 20, 3, 3, 1, 1, 0, 1, 1, 1, 1, 9, 127, 2, 56],
+             [16, 6, 20, 48, 1, 3, 1, 1, 0, 1, 1, 1, 1, -40, 128, 6, 20],
+             [6, 14, 14, 32, 7, 7, 1, 1, 3, 3, 1, 1, 1, 44, 129, 14, 14],
+             [4, 12, 12, 16, 9, 9, 1, 1, 4, 4, 1, 1, 1, 2, 130, 12, 12]]
 
 # Expanding 1x1 convs that hand their output to a depthwise conv as pixel quads (y_pquads):
 # 16-channel blocks, planes of whole quads with whole 32-pixel tile pairs and a partial
@@ -87,6 +103,7 @@ def _pquads(args: list[int]) -> bool:
 def _cases(n: int, seed: int = 0):
     yield from EDGE_CASES
     yield from WIDE_CASES
+    yield from ROW_CASES
     yield from PQUAD_CASES
     rng = np.random.default_rng(seed)
     for i in range(n):

@@ -19,8 +19,11 @@
  * tile of 8 and one of 1 that computes 8), larger planes run in near-equal tiles of at
  * most 8 (7x7: 7 tiles of 7, not 7 of 8), so no lanes compute pixels that are not there.
  * The tile's bytes per block are transposed to channel rows (three rounds of byte, word
- * and dword interleaves) and stored 8 pixels at a time into the CHW output. Pairs of weight blocks run outside the pixel tiles, so a pair's weights stay in
- * L1 while every tile of pixels uses them. Without VNNI the same tiles run in plain C. */
+ * and dword interleaves) and stored 8 pixels at a time into the CHW output. Pairs of weight
+ * blocks run outside the pixel tiles, so a pair's weights stay in L1 while every tile of
+ * pixels uses them. Stride-1 spatial convs on rows of 7 pixels or more run in row tiles
+ * instead where that pays (below: up to 14 pixels of a row, the input as channel-quad
+ * planes). Without VNNI the same tiles run in plain C. */
 #include <string.h>
 
 #include "../edgesmith_rt.h"
@@ -30,6 +33,8 @@
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define ES_CL_VNNI 1
 #include <immintrin.h>
+
+#include "../es_quads_i8.h"
 #endif
 
 #define NP 12 /* output pixels per tile, at most: 24 accumulators, 2 weight vectors and a
@@ -308,6 +313,163 @@ static void tile(const cl_tile *tl, int KH, int KW, int C4, const int32_t *bias,
     (void)shift;
     by_n[tl->np](tl, KH, KW, C4, bias, y, P, p);
 }
+
+/* ---- row tiles: stride-1 spatial convs on rows of 7 output pixels or more ----------------
+ *
+ * The tiles above gather their pixels' windows from xh through a pointer per pixel, so a
+ * tile of more than 8 pixels runs out of general registers (tiles of 9..12 spill them).
+ * Here a tile is n consecutive pixels of one output row (or, on rows of 7, two whole
+ * rows), and the input is the pixel-lane conv's channel-quad planes (es_quads_i8.h): word
+ * (c4, r, q) of the planes holds the quad's 4 channels at padded pixel (r, q), so pixel i
+ * of the tile reads the word i places after pixel 0's for every tap and quad. One pointer
+ * (two for two rows) and constant displacements address all n broadcasts, and a tile can
+ * hold RT_MAX = 14 pixels: 28 accumulators, two weight vectors and the broadcast, 31 of
+ * the 32 vector registers. Each step of the reduction then loads the pair's 128 bytes of
+ * weights for 14 pixels instead of 7 or 8, and issues 28 vpdpbusd per 16 loads where the
+ * gathered tiles issue 14 or 16 per 9 or 10.
+ *
+ * Measured on the Intel Xeon (AVX-512 VNNI) against the gathered tiles, one conv alone,
+ * random weights, per-call minima in alternating rounds: 3x3 256->256 on 14x14 0.91-0.93x
+ * (ResNet-18's layer3), 3x3 512->512 on 7x7 0.82-0.94x as pairs of rows (layer4; tiles of
+ * one 7-pixel row 0.96-0.98x), 3x3 128->128 on 28x28 0.97x (layer2). Inside ResNet-18-224
+ * int8 (trained zoo weights, 200 runs) those convs' share of perf samples went from 12.7 K
+ * to 11.7 K of about 22 K. Strided convs keep the gathered tiles: their phase planes cost
+ * more to build than the tiles save (3x3 s2 256->512 to 7x7 1.08-1.14x as rows). */
+#define RT_MAX 14
+
+typedef struct {
+    const uint32_t *xt; /* the padded input as channel-quad planes */
+    size_t plane;       /* words from one quad's plane to the next */
+    size_t row;         /* words from one padded row to the next */
+    const size_t *tap;  /* words from a pixel's window origin to tap t */
+    int T, C4;
+} cl_rows;
+
+/* Whether es_conv2d_i8_cl runs in row tiles: stride 1, a spatial kernel whose taps fit the
+ * offset table, and either rows of 12 pixels or more, or rows of 7 or more where a block
+ * pair's weights (T * C4 * 128 bytes) overflow the 48 KB L1 and so come from L2 for every
+ * tile: a tile of 14 pixels reads them half as often as one of 7 or 8. Smaller convs keep
+ * the gathered tiles, whose HWC input is cheaper to build than the planes are a row at a
+ * time (3x3 64->64 on 7x7 and 9x9, 18 KB a pair: 1.06-1.13x as rows; 3x3 16->32 on 12x12
+ * 0.91-0.96x, 32->32 on 14x14 0.73x). The planes take the same scratch as xh, 4 * Hp * Wp
+ * * C4 bytes: stride 1 has no phases. */
+static int use_rows(const es_conv_params *p) {
+    const size_t pair = (size_t)p->KH * p->KW * ((p->C + 3) / 4) * 128;
+    return p->SH == 1 && p->SW == 1 && p->KH * p->KW > 1 && p->KH * p->KW <= ES_DOT_MAXT &&
+           (p->OW >= 12 || (p->OW >= 7 && pair > 48 * 1024));
+}
+
+/* one row tile of n pixels from flattened padded position v0, R rows of them (R = 2: n is
+ * OW, and the second row's pixels start r->row words further), x 32 channels */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline void row_tile_n(const cl_rows *r, size_t v0, const cl_tile *tl,
+                              const int32_t *bias, int8_t *y, int P, const es_conv_params *p,
+                              const int n, const int R) {
+    const __mmask16 k0 = (__mmask16)es_mask16(tl->nm);
+    const __mmask16 k1 = (__mmask16)es_mask16(tl->nm - 16);
+    const __m512i b0 = _mm512_maskz_loadu_epi32(k0, bias + tl->m0);
+    const __m512i b1 = _mm512_maskz_loadu_epi32(k1, bias + tl->m0 + NC);
+    const int8_t *w0 = tl->w0, *w1 = tl->w1;
+    __m512i s[2 * SP], u[2 * SP];
+    int t, c4, i;
+#pragma GCC unroll 16
+    for (i = 0; i < 2 * SP; ++i) s[i] = u[i] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+    for (i = 0; i < n * R; ++i) {
+        s[i] = b0;
+        u[i] = b1;
+    }
+    for (t = 0; t < r->T; ++t) {
+        const uint32_t *a = r->xt + v0 + r->tap[t];
+        for (c4 = 0; c4 < r->C4; ++c4, a += r->plane, w0 += 64, w1 += 64) {
+            const __m512i wa = _mm512_loadu_si512(w0), wb = _mm512_loadu_si512(w1);
+            const uint32_t *a2 = a + r->row;
+#pragma GCC unroll 16
+            for (i = 0; i < n * R; ++i) {
+                const __m512i v = _mm512_set1_epi32((int)(i < n ? a[i] : a2[i - n]));
+                s[i] = _mm512_dpbusd_epi32(s[i], v, wa);
+                u[i] = _mm512_dpbusd_epi32(u[i], v, wb);
+            }
+        }
+    }
+    store_tile(s, &tl->rq[0], tl->below1[0], tl->m0, tl->nm, y, P, tl->p0, tl->np, p);
+    if (tl->nm > NC)
+        store_tile(u, &tl->rq[1], tl->below1[1], tl->m0 + NC, tl->nm - NC, y, P, tl->p0, tl->np,
+                   p);
+}
+
+typedef void (*row_tile_fn)(const cl_rows *, size_t, const cl_tile *, const int32_t *,
+                            int8_t *, int, const es_conv_params *);
+#define CL_ROW_TILE(N, R)                                                                      \
+    static void row_tile_##N##x##R(const cl_rows *r, size_t v0, const cl_tile *tl,             \
+                                   const int32_t *bias, int8_t *y, int P,                      \
+                                   const es_conv_params *p) {                                  \
+        row_tile_n(r, v0, tl, bias, y, P, p, N, R);                                            \
+    }
+CL_ROW_TILE(7, 1)
+CL_ROW_TILE(8, 1)
+CL_ROW_TILE(9, 1)
+CL_ROW_TILE(10, 1)
+CL_ROW_TILE(11, 1)
+CL_ROW_TILE(12, 1)
+CL_ROW_TILE(13, 1)
+CL_ROW_TILE(14, 1)
+CL_ROW_TILE(7, 2)
+
+/* the conv in row tiles: rows split into near-equal tiles of at most RT_MAX (56 = 4 x 14,
+ * 15 = 8 + 7: 7..14 pixels), rows of 7 two at a time (an odd last row alone) */
+static void conv_rows(const int8_t *x, const int8_t *wc, const int32_t *bias_u8,
+                      const int32_t *mult, const int32_t *shift, int32_t *scratch, int8_t *y,
+                      const es_conv_params *p) {
+    static const row_tile_fn one_row[RT_MAX + 1] = {
+        NULL,         NULL,         NULL,          NULL,          NULL,
+        NULL,         NULL,         row_tile_7x1,  row_tile_8x1,  row_tile_9x1,
+        row_tile_10x1, row_tile_11x1, row_tile_12x1, row_tile_13x1, row_tile_14x1};
+    const es_dot_plan d = es_i8_dot_plan(p); /* stride 1: one phase, Hq x Wq = Hp x Wp */
+    const int M16 = (p->M + NC - 1) / NC, P = p->OH * p->OW, OW = p->OW;
+    const int per_row = (OW + RT_MAX - 1) / RT_MAX; /* tiles per row (rows of 8 or more) */
+    const size_t block = (size_t)d.T * d.C4 * 64;   /* bytes of one weight block */
+    size_t tap[ES_DOT_MAXT];
+    cl_rows r;
+    cl_tile tl;
+    int b, t, oh, j;
+    to_quads_u8(x, (uint32_t *)scratch, NULL, &d, p); /* S = 1 reads no row buffer */
+    for (t = 0; t < d.T; ++t)
+        tap[t] = (size_t)(t / p->KW * p->DH) * d.Wp + (size_t)(t % p->KW * p->DW);
+    r.xt = (const uint32_t *)scratch;
+    r.plane = (size_t)d.Hp * d.Wp;
+    r.row = (size_t)d.Wp;
+    r.tap = tap;
+    r.T = d.T;
+    r.C4 = d.C4;
+    /* block pairs outside, as in es_conv2d_i8_cl */
+    for (b = 0; b < M16; b += 2) {
+        tl.m0 = b * NC;
+        tl.nm = p->M - tl.m0 < 2 * NC ? p->M - tl.m0 : 2 * NC;
+        tl.w0 = wc + (size_t)b * block;
+        tl.w1 = b + 1 < M16 ? tl.w0 + block : tl.w0;
+        pair_consts(&tl, mult, shift, p);
+        for (oh = 0; oh < p->OH; ++oh) {
+            int ow = 0;
+            if (OW == 7 && oh + 1 < p->OH) { /* two whole rows */
+                tl.p0 = oh * OW;
+                tl.np = 2 * OW;
+                row_tile_7x2(&r, (size_t)oh * d.Wp, &tl, bias_u8, y, P, p);
+                ++oh;
+                continue;
+            }
+            for (j = 0; j < per_row; ++j) {
+                const int n = OW / per_row + (j < OW % per_row);
+                tl.p0 = oh * OW + ow;
+                tl.np = n;
+                one_row[n](&r, (size_t)oh * d.Wp + ow, &tl, bias_u8, y, P, p);
+                ow += n;
+            }
+        }
+    }
+}
 #else
 static void pair_consts(cl_tile *tl, const int32_t *mult, const int32_t *shift,
                         const es_conv_params *p) {
@@ -362,6 +524,12 @@ void es_conv2d_i8_cl(const int8_t *x, const int8_t *wc, const int32_t *bias_u8,
     const int nt = pixel_tiles(P);
     cl_tile tl;
     int b, i, t;
+#if defined(ES_CL_VNNI)
+    if (use_rows(p)) {
+        conv_rows(x, wc, bias_u8, mult, shift, scratch, y, p);
+        return;
+    }
+#endif
     to_hwc_u8(x, xh, Hp, Wp, C4, p);
     tl.xh = xh;
     tl.row_step = (size_t)p->DH * Wp * C4;
