@@ -395,17 +395,18 @@ def _rounds(binary: Path, cwd: Path, peers: dict, runs: int, rounds: int) -> dic
 
 
 def _profile(binary: Path, cwd: Path, runs: int, rounds: int) -> dict:
-    """Per-step time of the C runtime (edgesmith_bench --profile): for each step the
-    smallest mean over ``rounds`` runs of the binary (the least disturbed by the other
-    load on this machine); the five slowest steps, and the sum by op, in microseconds."""
+    """Per-step time of the C runtime (edgesmith_bench --profile): for each step its
+    fastest single run over ``rounds`` runs of the binary (``min_us``: the least disturbed
+    by the other load on this machine, where a mean takes in every interruption); the five
+    slowest steps, and the sum by op, in microseconds."""
     best: dict[int, tuple[str, str, float]] = {}
     for _ in range(rounds):
         res = run.run_bench(binary, ["--input", "in.raw", "--runs", str(runs), "--warmup",
                                      str(runs), "--profile"], cwd=cwd)
         for st in res["steps"]:
             old = best.get(st["index"])
-            if old is None or st["mean_us"] < old[2]:
-                best[st["index"]] = (st["op"], st.get("name", ""), st["mean_us"])
+            if old is None or st["min_us"] < old[2]:
+                best[st["index"]] = (st["op"], st.get("name", ""), st["min_us"])
     by_op: dict[str, float] = {}
     for op, _, us in best.values():
         by_op[op] = by_op.get(op, 0.0) + us
