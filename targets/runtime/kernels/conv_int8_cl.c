@@ -333,7 +333,9 @@ static void tile(const cl_tile *tl, int KH, int KW, int C4, const int32_t *bias,
  * (ResNet-18's layer3), 3x3 512->512 on 7x7 0.82-0.94x as pairs of rows (layer4; tiles of
  * one 7-pixel row 0.96-0.98x), 3x3 128->128 on 28x28 0.97x (layer2). Inside ResNet-18-224
  * int8 (trained zoo weights, 200 runs) those convs' share of perf samples went from 12.7 K
- * to 11.7 K of about 22 K. Strided convs keep the gathered tiles: their phase planes cost
+ * to 11.7 K of about 22 K; prefetching the weights 2 KB ahead took layer4's 3x3 convs
+ * from 318-321 to 305-306 us and layer3's from 315-316 to 309-312 (per-step minima, 12
+ * alternating rounds). Strided convs keep the gathered tiles: their phase planes cost
  * more to build than the tiles save (3x3 s2 256->512 to 7x7 1.08-1.14x as rows). */
 #define RT_MAX 14
 
@@ -386,6 +388,11 @@ static inline void row_tile_n(const cl_rows *r, size_t v0, const cl_tile *tl,
         for (c4 = 0; c4 < r->C4; ++c4, a += r->plane, w0 += 64, w1 += 64) {
             const __m512i wa = _mm512_loadu_si512(w0), wb = _mm512_loadu_si512(w1);
             const uint32_t *a2 = a + r->row;
+            /* a pair's first tile reads its weights from L3 (ResNet-18's layer4: 147 KB a
+             * pair, 4 tiles of 7x7); the streams 2 KB ahead are 32 lines the hardware has
+             * not fetched yet */
+            _mm_prefetch((const char *)(w0 + 2048), _MM_HINT_T0);
+            _mm_prefetch((const char *)(w1 + 2048), _MM_HINT_T0);
 #pragma GCC unroll 16
             for (i = 0; i < n * R; ++i) {
                 const __m512i v = _mm512_set1_epi32((int)(i < n ? a[i] : a2[i - n]));
