@@ -59,6 +59,28 @@ def test_fast_int8_add_is_bit_identical_to_reference(name, cc, flags, wrapper, m
         assert p.returncode == 0, f"{name} {args}: {p.stdout}{p.stderr}"
 
 
+@pytest.mark.parametrize(("name", "cc", "flags", "wrapper"), FLAVOURS)
+def test_fp32_int8_add_matches_reference_on_every_pair_of_bytes(name, cc, flags, wrapper,
+                                                                 tmp_path):
+    """Every (a, b) byte pair, under scale sets drawn over 2^-17 .. 2^4 and a few at the
+    edges of AVX-512's reciprocal path (2^-40 .. 2^40: outside it, vdivps): the SIMD sum's
+    quotient rounds as the reference's division does on every input, not on a sample."""
+    b = _build(cc, flags, tmp_path / f"add_pairs_{name}")
+    rng = np.random.default_rng(7)
+    n = 6 if wrapper else 150
+    sets = [tuple(np.exp2(rng.uniform(-17, 4, size=3))) for _ in range(n)]
+    sets += [(2.0 ** -40, 2.0 ** 40, 2.0 ** -40), (2.0 ** -41, 0.03, 0.05),
+             (0.03, 0.02, 1.5 * 2.0 ** 40), (1.1e-13, 9.0e11, 0.02)]
+    for i, scales in enumerate(sets):
+        zps = map(int, rng.integers(-128, 128, size=3))
+        qmin = int(rng.integers(-128, 0)) if i % 2 else -128
+        args = [65536, i + 1, *zps, 20, 1 << 30, -1, 1 << 30, -1, 1 << 30, -1, qmin, 127,
+                i % 2, *(repr(float(np.float32(s))) for s in scales), "pairs"]
+        p = subprocess.run([*wrapper, str(b), *map(str, args)], capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 0, f"{name} {args}: {p.stdout}{p.stderr}"
+
+
 def test_fp32_int8_add_is_onnxruntimes_float_arithmetic(tmp_path):
     """ES_RQ_FP32's reference is onnxruntime's DequantizeLinear -> Add -> QuantizeLinear
     in float32, step for step: (a - a_zp) * s_a + (b - b_zp) * s_b, divided by s_y, rounded
