@@ -237,6 +237,15 @@ static void store_tile(const __m512i *acc, const es_rq16 *rq, int below1, int m0
     if (np > SP) store_block(acc + SP, rq, below1, m0, nm, y, P, p0 + SP, np - SP, p);
 }
 
+/* both blocks of a tile's pair: s the first 16 channels, u the next (when there are any) */
+static void store_pair(const __m512i *s, const __m512i *u, const cl_tile *tl, int8_t *y, int P,
+                       const es_conv_params *p) {
+    store_tile(s, &tl->rq[0], tl->below1[0], tl->m0, tl->nm, y, P, tl->p0, tl->np, p);
+    if (tl->nm > NC)
+        store_tile(u, &tl->rq[1], tl->below1[1], tl->m0 + NC, tl->nm - NC, y, P, tl->p0, tl->np,
+                   p);
+}
+
 /* one tile of n pixels (n <= NP, a constant where each tile_<n> below inlines it) x 32
  * channels: 2n accumulators, each step loads the two weight vectors once and broadcasts
  * one input word per pixel, so a tile of n pixels costs n / NP of a full one and the last
@@ -276,10 +285,7 @@ static inline void tile_n(const cl_tile *tl, int KH, int KW, int C4, const int32
                 }
             }
         }
-    store_tile(s, &tl->rq[0], tl->below1[0], tl->m0, tl->nm, y, P, tl->p0, tl->np, p);
-    if (tl->nm > NC)
-        store_tile(u, &tl->rq[1], tl->below1[1], tl->m0 + NC, tl->nm - NC, y, P, tl->p0, tl->np,
-                   p);
+    store_pair(s, u, tl, y, P, p);
 }
 
 #define CL_TILE(N)                                                                             \
@@ -401,10 +407,7 @@ static inline void row_tile_n(const cl_rows *r, size_t v0, const cl_tile *tl,
             }
         }
     }
-    store_tile(s, &tl->rq[0], tl->below1[0], tl->m0, tl->nm, y, P, tl->p0, tl->np, p);
-    if (tl->nm > NC)
-        store_tile(u, &tl->rq[1], tl->below1[1], tl->m0 + NC, tl->nm - NC, y, P, tl->p0, tl->np,
-                   p);
+    store_pair(s, u, tl, y, P, p);
 }
 
 typedef void (*row_tile_fn)(const cl_rows *, size_t, const cl_tile *, const int32_t *,
