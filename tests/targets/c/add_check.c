@@ -31,8 +31,10 @@ int main(int argc, char **argv) {
     y0 = malloc((size_t)n + 1); y1 = malloc((size_t)n + 1);
     pairs = argc >= 20 && strcmp(argv[19], "pairs") == 0;
     if (pairs && n != 65536) return 2;
-    for (i = 0; i < n; ++i) { a[i] = (int8_t)(r(256) - 128); b[i] = (int8_t)(r(256) - 128); }
-    for (i = 0; i < n && pairs; ++i) { a[i] = (int8_t)(i & 255); b[i] = (int8_t)(i >> 8); }
+    for (i = 0; i < n; ++i) {
+        a[i] = (int8_t)(pairs ? i & 255 : r(256) - 128);
+        b[i] = (int8_t)(pairs ? i >> 8 : r(256) - 128);
+    }
     es_add_i8_ref(a, b, y0, n, &p);
     es_add_i8(a, b, y1, n, &p);
     for (i = 0; i < n; ++i)
