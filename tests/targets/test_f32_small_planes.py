@@ -4,9 +4,10 @@ lanes empty, or of at most 1024 when K >= 256 and the pixel path would waste 1/2
 cells, more than M rounded up to gemm_cl's channel groups would) agrees with the reference
 kernel to 1e-5 of the output magnitude, for every chunk size the pixel split produces (1 to
 9 pixels), channel counts that end inside a block of 8 and inside a group of 32, the
-in-place 1x1 path and the stride phases of a padded 3x3 / strided conv, portable / AVX2 /
-AVX-512 / aarch64 under qemu; and a model whose 1x1 and 3x3 convs run on 3x3 and 7x7 planes
-agrees with onnxruntime."""
+in-place 1x1 path and the stride phases of a padded 3x3 / strided conv, AVX-512's wide
+tiles (32 channels x up to 14 pixels of a row, or two rows of a 7 x 7 plane, rows or channel
+blocks outer), portable / AVX2 / AVX-512 / aarch64 under qemu; and a model whose 1x1 and
+3x3 convs run on 3x3 and 7x7 planes agrees with onnxruntime."""
 
 from __future__ import annotations
 
@@ -42,6 +43,14 @@ CASES = [
     [255, 14, 14, 17, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 415, 14, 14],  # K 255: the pixel path
     [300, 13, 13, 17, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 417, 13, 13],  # 169 of 176: pixel path
     [288, 14, 14, 40, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 418, 14, 14],  # M 40 of 64: pixel path
+    # AVX-512 wide tiles (32 channels x up to 14 pixels): 7 x 7 planes in pairs of rows
+    [40, 7, 7, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 419, 7, 7],    # 3 pairs + the odd last row
+    [32, 8, 7, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 4, 420, 8, 7],    # 4 pairs, hard-swish
+    [30, 13, 13, 32, 3, 3, 2, 2, 1, 1, 1, 1, 1, 2, 421, 7, 7],  # pairs through stride phases
+    # rows: 56 = 4 x 14 (the middle two in place), rows outer (input > weights), 2 blocks
+    [32, 6, 56, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 422, 6, 56],
+    # 15 = 8 + 7, blocks outer (weights > input), 3 blocks, leaky
+    [64, 5, 15, 96, 3, 3, 1, 1, 1, 1, 1, 1, 1, 2, 423, 5, 15],
 ]
 
 

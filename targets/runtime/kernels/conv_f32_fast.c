@@ -678,9 +678,9 @@ static int cl_block(const float *wp, const float *b, int K, int M, int m0, int c
  * those loads; ResNet-18-224 fp32, per-step minima of 10 alternating rounds, Intel Xeon:
  * 3x3 64 -> 64 at 56 x 56 1571-1603 -> 1502-1535 us, 128 -> 128 at 28 x 28 1484-1561 ->
  * 1443-1460 us, the stride-2 64 -> 128 897 -> 836 us. Rows of 14 (chunks of 5, 5, 4)
- * gained nothing and rows of 7 (4, 3) lost (1.25x), so they stay on the 32-channel
- * chunks. This is the shape of onnxruntime's NCHWc kernel (MLAS: 4 filter blocks x 6
- * outputs) on our CHW planes. */
+ * gained nothing and rows of 7 (4, 3) lost (1.25x); they take the wide tiles below. This is
+ * the shape of onnxruntime's NCHWc kernel (MLAS: 4 filter blocks x 6 outputs) on our CHW
+ * planes. */
 #define ES_CL64_NP 6
 #define ES_CL64_OW 24
 
@@ -760,10 +760,152 @@ static void gemm_cl64_rows(const cl_src *s, int K, const float *wp, const float 
 }
 #endif
 
+#if defined(__AVX512F__)
+/* ---- wide tiles, 32 channels x 14 pixels (AVX-512) ---------------------------------------
+ * On rows of ES_WIDE_OW outputs or more and M in whole 32s, a chunk is 32 channels x at most
+ * 14 consecutive pixels of one row; a 7 x 7 plane goes in chunks of two whole rows. 28
+ * accumulators, and per k two weight rows and 14 broadcasts for 28 FMAs: 31 of the 32
+ * registers, no spill (objdump). This replaces 64 channels x 6 pixels (24 FMAs per four
+ * weight rows and six broadcasts, the shape of MLAS's NCHWc kernel): per FMA a chunk now
+ * streams half the weight bytes, rows of 56, 28 and 14 split into whole chunks of 14, and
+ * 7 x 7 planes run 4 chunks of up to 14 where the 32 x 9 tiles ran 6 of up to 9. Kernel alone,
+ * random weights, Intel Xeon (AVX-512, fp32 peak 93 GMAC/s), per-call minima of 60
+ * alternating rounds, wide tiles over the kernels before: 3x3 512 -> 512 at 7 x 7 0.87-0.88
+ * (89 GMAC/s), 256 -> 256 at 14 x 14 0.90-0.93 (90-92 GMAC/s), 128 -> 256 stride 2 to
+ * 14 x 14 0.87-0.89. In ResNet-18-224 (per-step minima of 10 alternating rounds) layer4's
+ * 3x3 convs went 1485 / 1485 / 1517 -> 1317 / 1316 / 1363 us, layer3's 1317 / 1328 / 1315
+ * -> 1295 / 1306 / 1309, their stride-2 convs 813 -> 727 and 741 -> 694. Rows of 24 or
+ * more with M in whole 64s keep the 64 x 6 tiles above: alone at 56 x 56 and 28 x 28 the
+ * wide tiles measured 0.96-0.98x, but in the network 1.00-1.01x, and layer2's stride-2
+ * conv (rows of 28) 728 -> 779 us. */
+#define ES_WIDE_NP 14
+#define ES_WIDE_OW 14
+
+/* 32 channels of np pixels into t[j 32 + r]: pixel j < H at cp + j of each K row, pixel
+ * j >= H (the second row of a pair) at cp + rs + j - H; NP and H are constants in each copy */
+ES_ALWAYS_INLINE void wide_tile_n(const float *cp0, const int32_t *off, int K,
+                                  const float *const *wb, const float *bb, float *t,
+                                  const es_conv_params *p, const int NP, const int H,
+                                  size_t rs) {
+    __m512 a0[ES_WIDE_NP], a1[ES_WIDE_NP];
+    const __m512 b0 = _mm512_loadu_ps(bb), b1 = _mm512_loadu_ps(bb + 16);
+    int j, k;
+    for (j = 0; j < NP; ++j) {
+        a0[j] = b0;
+        a1[j] = b1;
+    }
+    for (k = 0; k < K; ++k) {
+        const float *cp = cp0 + off[k];
+        const size_t kk = (size_t)k * ES_F32_WB;
+        const __m512 w0 = _mm512_loadu_ps(wb[0] + kk), w1 = _mm512_loadu_ps(wb[1] + kk);
+        ES_PREFETCH(wb[0] + kk + ES_CL_PF * ES_F32_WB);
+        ES_PREFETCH(wb[1] + kk + ES_CL_PF * ES_F32_WB);
+        for (j = 0; j < NP; ++j) {
+            const __m512 xv = _mm512_set1_ps(j < H ? cp[j] : cp[rs + j - H]);
+            a0[j] = _mm512_fmadd_ps(w0, xv, a0[j]);
+            a1[j] = _mm512_fmadd_ps(w1, xv, a1[j]);
+        }
+    }
+    for (j = 0; j < NP; ++j) {
+        _mm512_storeu_ps(t + j * 32, act512v(a0[j], p->act, p->a0, p->a1));
+        _mm512_storeu_ps(t + j * 32 + 16, act512v(a1[j], p->act, p->a0, p->a1));
+    }
+}
+
+/* channel r < nr of the chunk's np consecutive outputs (t[j 32 + r]) to y + r ys: 16
+ * channels at a time, transposed 8 pixels and then the rest (cl_store16) */
+ES_ALWAYS_INLINE void wide_out_n(const float *t, const int np, int nr, float *y, size_t ys) {
+    __m512 v[ES_WIDE_NP];
+    int h, j;
+    for (h = 0; h < 2 && 16 * h < nr; ++h) {
+        float *yh = y + (size_t)16 * h * ys;
+        for (j = 0; j < np; ++j) v[j] = _mm512_loadu_ps(t + j * 32 + 16 * h);
+        cl_store16(v, np < 8 ? np : 8, nr - 16 * h, yh, ys);
+        if (np > 8) cl_store16(v + 8, np - 8, nr - 16 * h, yh + 8, ys);
+    }
+}
+
+/* one chunk of 7 <= np <= 14 pixels of a row at cp0, np a constant in each copy */
+static void wide_chunk(const float *cp0, const int32_t *off, int K, const float *const *wb,
+                       const float *bb, float *y, size_t ys, int np, int nr,
+                       const es_conv_params *p) {
+    float t[ES_WIDE_NP * 32];
+#define ES_WIDE_CASE(n)                                                                    \
+    case n:                                                                                \
+        wide_tile_n(cp0, off, K, wb, bb, t, p, n, n, 0);                                   \
+        wide_out_n(t, n, nr, y, ys);                                                       \
+        break;
+    switch (np) {
+        ES_WIDE_CASE(14)
+        ES_WIDE_CASE(13)
+        ES_WIDE_CASE(12)
+        ES_WIDE_CASE(11)
+        ES_WIDE_CASE(10)
+        ES_WIDE_CASE(9)
+        ES_WIDE_CASE(8)
+    default: ES_WIDE_CASE(7)
+    }
+#undef ES_WIDE_CASE
+}
+
+/* rows of OW >= ES_WIDE_OW in chunks of at most 14. Rows outer when the input planes hold
+ * more floats than the weights: every 32-channel block then reads a row's input while it is
+ * still in cache, where blocks outer read the whole input once per block (3x3 128 -> 128
+ * at 56 x 56, kernel alone: 1.04-1.06x the 64 x 6 tiles with blocks outer, 0.95-0.97x with
+ * rows outer); blocks outer when the weights are bigger, each block's weights then read
+ * once per row from L2 rather than all of them per row (ResNet's 14 x 14 layers). */
+static void gemm_wide_rows(const cl_src *s, int K, const float *wp, const float *b, float *y,
+                           int P, int OW, const es_conv_params *p) {
+    const int rc = (OW + ES_WIDE_NP - 1) / ES_WIDE_NP, OH = P / OW, nb = p->M / 32;
+    const int rows_outer = (size_t)p->C * p->H * p->W > (size_t)K * p->M;
+    const int n_outer = rows_outer ? OH : nb, n_inner = rows_outer ? nb : OH;
+    int io, ii, c, ow;
+    for (io = 0; io < n_outer; ++io)
+        for (ii = 0; ii < n_inner; ++ii) {
+            const int oh = rows_outer ? io : ii, m0 = 32 * (rows_outer ? ii : io);
+            const float *wb[2];
+            float bb[32];
+            const int nr = cl_block(wp, b, K, p->M, m0, 32, wb, bb);
+            for (c = 0, ow = 0; c < rc; ++c) {
+                const int np = chunk_len(OW, rc, c);
+                const int32_t *off;
+                const float *cp = cl_src_at(s, oh, ow, np, &off);
+                wide_chunk(cp, off, K, wb, bb, y + (size_t)m0 * P + (size_t)oh * OW + ow,
+                           (size_t)P, np, nr, p);
+                ow += np;
+            }
+        }
+}
+
+/* a 7 x 7 plane (OW 7, OH >= 2) in chunks of two rows, the second at grid row + WQ, and an
+ * odd last row alone; the pair's 14 outputs are consecutive in the output plane */
+static void gemm_wide_pairs(const cl_src *s, int K, const float *wp, const float *b, float *y,
+                            int P, const es_conv_params *p) {
+    const int OH = P / 7;
+    float t[ES_WIDE_NP * 32];
+    int m0, oh;
+    for (m0 = 0; m0 < p->M; m0 += 32) {
+        const float *wb[2];
+        float bb[32];
+        const int nr = cl_block(wp, b, K, p->M, m0, 32, wb, bb);
+        float *ym = y + (size_t)m0 * P;
+        for (oh = 0; oh + 1 < OH; oh += 2) {
+            wide_tile_n(s->ph + (size_t)oh * s->WQ, s->off, K, wb, bb, t, p, 14, 7,
+                        (size_t)s->WQ);
+            wide_out_n(t, 14, nr, ym + oh * 7, (size_t)P);
+        }
+        if (oh < OH)
+            wide_chunk(s->ph + (size_t)oh * s->WQ, s->off, K, wb, bb, ym + oh * 7, (size_t)P, 7,
+                       nr, p);
+    }
+}
+#endif
+
 /* the most pixels gemm_cl_rows puts in one chunk of a row of OW, M channels */
 static int cl_np(int M, int OW) {
 #if defined(__AVX512F__)
     if (M % 64 == 0 && OW >= ES_CL64_OW) return ES_CL64_NP;
+    if (M % 32 == 0 && OW >= ES_WIDE_OW) return ES_WIDE_NP;
 #else
     (void)M;
     (void)OW;
@@ -774,7 +916,7 @@ static int cl_np(int M, int OW) {
 /* gemm_cl on rows of at least ES_CL_NP outputs: each row in equal chunks of at most
  * ES_CL_NP consecutive pixels (cl_tile_row), none across a row end. Out of line: inlined
  * into gemm_cl it changed that function's register allocation, and the 7 x 7 planes'
- * chunks (ResNet-18's layer4, which stay in gemm_cl) ran 4-5 % slower. */
+ * chunks (ResNet-18's layer4 then, which stayed in gemm_cl) ran 4-5 % slower. */
 ES_NOINLINE void gemm_cl_rows(const cl_src *s, int K, const float *wp, const float *b,
                               float *y, int P, int OW, const es_conv_params *p) {
     const int M = p->M, rc = (OW + ES_CL_NP - 1) / ES_CL_NP;
@@ -782,6 +924,10 @@ ES_NOINLINE void gemm_cl_rows(const cl_src *s, int K, const float *wp, const flo
 #if defined(__AVX512F__)
     if (cl_np(M, OW) == ES_CL64_NP) {
         gemm_cl64_rows(s, K, wp, b, y, P, OW, p);
+        return;
+    }
+    if (cl_np(M, OW) == ES_WIDE_NP) {
+        gemm_wide_rows(s, K, wp, b, y, P, OW, p);
         return;
     }
 #endif
@@ -815,6 +961,12 @@ static void gemm_cl(const cl_src *s, int K, const float *wp, const float *b, flo
         gemm_cl_rows(s, K, wp, b, y, P, OW, p);
         return;
     }
+#if defined(__AVX512F__)
+    if (OW == 7 && P >= 14 && M % 32 == 0) {
+        gemm_wide_pairs(s, K, wp, b, y, P, p);
+        return;
+    }
+#endif
     for (m0 = 0; m0 < M; m0 += ES_CL_CH) {
         const float *wb[ES_CL_CH / ES_F32_WB];
         float bb[ES_CL_CH], t[ES_CL_NP * ES_CL_CH];
