@@ -35,9 +35,9 @@ from .tiling_c import tiled_case
 from .tiling_search import apply as tiling_pass
 
 RUNTIME = Path(__file__).parent / "runtime"
-CORE_SOURCES = ["edgesmith_rt.h", "es_simd.h", "es_lanes.h", "es_act.h", "es_act_simd.h",
-                "es_phases_f32.h", "es_quads_i8.h", "es_runtime.c", "es_model.c", "es_power.h",
-                "es_power.c", "bench_main.c", "es_detect.h", "es_detect.c"]
+CORE_SOURCES = ["edgesmith_rt.h", "es_fp_exact.h", "es_simd.h", "es_lanes.h", "es_act.h",
+                "es_act_simd.h", "es_phases_f32.h", "es_quads_i8.h", "es_runtime.c", "es_model.c",
+                "es_power.h", "es_power.c", "bench_main.c", "es_detect.h", "es_detect.c"]
 # copied, and compiled into the model library, when the profile declares preprocessing
 PREPROCESS_SOURCES = ["es_preprocess.h", "es_preprocess.c"]
 # the worker pool, when options: {threads: N > 1} (threads.py)

@@ -1,6 +1,7 @@
 /* Detection post-processing, written to be read: see es_detect.h for the layout.
  * Mirrors edgesmith/pipeline/detection.py step by step (float32 throughout), which the
  * tests hold it to: same boxes, scores within 1e-5. */
+#include "es_fp_exact.h" /* first: contraction off in every function below */
 #include "es_detect.h"
 
 #include <math.h>

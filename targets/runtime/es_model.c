@@ -9,6 +9,7 @@
  * ES_THREADS > 1 (options: {threads: N}) es_init also starts the worker pool the heavy
  * steps split their output channels over (es_threads.h), and es_deinit joins it; the
  * hooks still run once per step on the calling thread. */
+#include "es_fp_exact.h" /* first: contraction off in every function below */
 #include <string.h>
 
 #include "model.h"

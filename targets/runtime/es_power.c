@@ -3,6 +3,7 @@
 #if !defined(_POSIX_C_SOURCE) && !defined(ES_NO_POSIX)
 #define _POSIX_C_SOURCE 200112L
 #endif
+#include "es_fp_exact.h" /* first: contraction off in every function below */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

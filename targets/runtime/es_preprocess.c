@@ -1,4 +1,5 @@
 /* es_preprocess_u8: see es_preprocess.h; the arithmetic is pipeline/preprocess.py's. */
+#include "es_fp_exact.h" /* first: contraction off in every function below */
 #include "es_preprocess.h"
 
 #define Q 256

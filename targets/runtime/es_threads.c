@@ -15,6 +15,7 @@
 #if !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200112L
 #endif
+#include "es_fp_exact.h" /* first: contraction off in every function below */
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>

@@ -15,6 +15,7 @@
  * of the other (add_i8_run_vs_one: that element is rescaled once per run, the run takes
  * the same SIMD path). An odometer over the outer dims moves each input's offset by its
  * stride. es_add_i8_bcast_ref walks every element through the same stride table. */
+#include "../es_fp_exact.h" /* first: contraction off in every function below */
 #include "../edgesmith_rt.h"
 #include "../es_lanes.h"
 #include "../es_simd.h"

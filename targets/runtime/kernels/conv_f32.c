@@ -4,6 +4,7 @@
  * input channel and kernel tap add w * (shifted input row) over the valid output range.
  * The inner loop runs along the output row, which compilers vectorise for stride 1.
  * 1-D convs arrive as H = 1. Activation is applied once per output plane. */
+#include "../es_fp_exact.h" /* first: contraction off in every function below */
 #include <math.h>
 
 #include "../edgesmith_rt.h"

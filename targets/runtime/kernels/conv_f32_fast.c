@@ -10,6 +10,7 @@
  *
  * The depthwise kernel es_dwconv2d_f32 is in dwconv_f32.c; the vector activations
  * (es_act_simd.h) and the stride phases (es_phases_f32.h) are shared with it. */
+#include "../es_fp_exact.h" /* first: contraction off in every function below */
 #include <math.h>
 #include <string.h>
 

@@ -4,6 +4,7 @@
  *
  * Same loop structure as conv_f32.c, accumulating (x - x_zp) * w into an int32 scratch
  * plane from the arena; padded taps are skipped, i.e. they contribute the real value 0. */
+#include "../es_fp_exact.h" /* first: contraction off in every function below */
 #include "../edgesmith_rt.h"
 
 void es_conv2d_i8(const int8_t *x, const int8_t *w, const int32_t *bias, const int32_t *mult,

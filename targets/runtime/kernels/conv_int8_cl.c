@@ -24,6 +24,7 @@
  * pixels uses them. Stride-1 spatial convs on rows of 7 pixels or more run in row tiles
  * instead where that pays (below: up to 14 pixels of a row, the input as channel-quad
  * planes). Without VNNI the same tiles run in plain C. */
+#include "../es_fp_exact.h" /* first: contraction off in every function below */
 #include <string.h>
 
 #include "../edgesmith_rt.h"

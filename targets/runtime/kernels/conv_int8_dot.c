@@ -39,6 +39,7 @@
  * is that kernel's input layout, pixel quads: the tile's rows are packed four to a vector,
  * so that each 128-bit lane is one quad's dwords, and stored 32 bytes per quad
  * (put8x16_pquads). */
+#include "../es_fp_exact.h" /* first: contraction off in every function below */
 #include <string.h>
 
 #include "../edgesmith_rt.h"

@@ -10,6 +10,7 @@
  * int16 input copy.
  *
  * es_conv2d_i8_gemm (below): one-group convs as im2col + a register-blocked GEMM. */
+#include "../es_fp_exact.h" /* first: contraction off in every function below */
 #include <string.h>
 
 #include "../edgesmith_rt.h"

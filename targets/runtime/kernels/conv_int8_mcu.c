@@ -28,6 +28,7 @@
  * tail-predicated (VCTP), so K4 need not be a multiple of 16.
  *
  * scratch: two int16 columns of K4 taps (or four int8 ones), ES_I8_MCU_SCRATCH(K) bytes. */
+#include "../es_fp_exact.h" /* first: contraction off in every function below */
 #include <string.h>
 
 #include "../edgesmith_rt.h"

@@ -1,5 +1,6 @@
 /* ConvTranspose2d, float32, NCHW; weights as ONNX gives them: [C][M/group][KH][KW].
  * Scatter form: every input pixel adds w * x into the output window it maps to. */
+#include "../es_fp_exact.h" /* first: contraction off in every function below */
 #include "../edgesmith_rt.h"
 
 void es_conv_transpose2d_f32(const float *x, const float *w, const float *b, float *y,

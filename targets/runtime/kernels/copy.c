@@ -1,4 +1,5 @@
 /* Type-agnostic data movement: copies for concat/split/outputs, N-d transpose. */
+#include "../es_fp_exact.h" /* first: contraction off in every function below */
 #include <string.h>
 
 #include "../edgesmith_rt.h"

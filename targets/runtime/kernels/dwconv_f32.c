@@ -13,6 +13,7 @@
  *   - AVX-512, stride 2, rows of 24+ outputs (dw_direct), the other kernel sizes and
  *     dilations: straight from the planes;
  *   - the stride phases (dwf_taps): everything else, every ISA. */
+#include "../es_fp_exact.h" /* first: contraction off in every function below */
 #include <string.h>
 
 #include "../edgesmith_rt.h"

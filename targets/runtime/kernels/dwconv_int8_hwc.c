@@ -77,6 +77,7 @@
  * transposes are 16x16 byte zips where 128-bit vectors exist (SSE2, AArch64 NEON), and
  * the requantisation is per lane in AVX2 (es_mulq8v_avx2) or NEON (vmull, then vrshl and
  * vqmovn, which round and saturate exactly as es_mul_q); plain loops elsewhere. */
+#include "../es_fp_exact.h" /* first: contraction off in every function below */
 #include <string.h>
 
 #include "../edgesmith_rt.h"

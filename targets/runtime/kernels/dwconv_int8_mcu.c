@@ -23,6 +23,7 @@
  *   3. each sum is requantised (es_requant) into the CHW output.
  *
  * scratch: one padded int16 plane, ES_I8_DW_MCU_SCRATCH bytes. */
+#include "../es_fp_exact.h" /* first: contraction off in every function below */
 #include <string.h>
 
 #include "../edgesmith_rt.h"

@@ -1,5 +1,6 @@
 /* Element-wise float32 ops: unary (activations, math), binary with broadcast through a
  * stride table (generated per step), and the per-channel affine of an unfolded BN. */
+#include "../es_fp_exact.h" /* first: contraction off in every function below */
 #include <math.h>
 
 #include "../edgesmith_rt.h"

@@ -3,6 +3,7 @@
  * int16 pairs, NEON widening multiply-accumulates), es_fc_i8_ref is the plain loop it is
  * tested against; the sums are exact int32, so the two are bit-identical. With AVX-512
  * VNNI the generator runs a dense layer through es_conv2d_i8_cl instead (lower/int8.py). */
+#include "../es_fp_exact.h" /* first: contraction off in every function below */
 #include "../edgesmith_rt.h"
 #if defined(__AVX2__)
 #include <immintrin.h>

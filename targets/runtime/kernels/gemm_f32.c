@@ -5,6 +5,7 @@
  * which the plain loop did at under 1 GMAC/s. es_gemm_f32_ref is that plain loop, the
  * oracle (kernels=reference); sums are reordered, so the two agree to float rounding.
  * es_matmul_f32: run-time operands. */
+#include "../es_fp_exact.h" /* first: contraction off in every function below */
 #include <math.h>
 
 #include "../edgesmith_rt.h"

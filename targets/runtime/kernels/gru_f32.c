@@ -16,6 +16,7 @@
  * es_gru_f32_ref is the oracle: the same equations as plain loops, one dot product per
  * gate value. es_gru_f32 does both projections with es_gemm_f32 (gemm_f32.c: four
  * outputs per pass, in vectors), so the two agree to float rounding. */
+#include "../es_fp_exact.h" /* first: contraction off in every function below */
 #include <math.h>
 #include <string.h>
 

@@ -5,6 +5,7 @@
  * Two passes over each row (mean, then the centred sum of squares) rather than one pass
  * of sum and sum of squares: the one-pass form loses digits when |mean| >> stddev, which
  * is what a transformer's residual stream looks like after a few blocks. */
+#include "../es_fp_exact.h" /* first: contraction off in every function below */
 #include <math.h>
 
 #include "../edgesmith_rt.h"

@@ -1,4 +1,5 @@
 /* Local response normalisation across channels (AlexNet, GoogLeNet), ONNX semantics. */
+#include "../es_fp_exact.h" /* first: contraction off in every function below */
 #include <math.h>
 
 #include "../edgesmith_rt.h"

@@ -4,6 +4,7 @@
  * quantized activation costs one byte lookup instead of dequantize -> float -> quantize
  * (XNNPACK's and TFLite's int8 way). Entry u holds the result for the code (int8_t)u.
  * y may be x (each block is loaded before it is stored). */
+#include "../es_fp_exact.h" /* first: contraction off in every function below */
 #include "../edgesmith_rt.h"
 #if defined(__AVX512VBMI__) && defined(__AVX512BW__)
 #include <immintrin.h>

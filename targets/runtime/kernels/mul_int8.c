@@ -15,6 +15,7 @@
  * tabulate it first, the same arithmetic on the 256 codes, and then look each byte up
  * (two 128-entry byte permutes per 64 bytes, as lut_int8.c): the bytes are unchanged and
  * a 28x28 plane costs the table's 256 products plus the lookups instead of 784 products. */
+#include "../es_fp_exact.h" /* first: contraction off in every function below */
 #include "../edgesmith_rt.h"
 #include "../es_simd.h"
 

@@ -1,4 +1,5 @@
 /* Pad (constant / reflect / edge), any rank up to ES_MAX_DIMS. Walks the output once. */
+#include "../es_fp_exact.h" /* first: contraction off in every function below */
 #include "../edgesmith_rt.h"
 
 void es_pad_f32(const float *x, float *y, const es_pad_params *p) {

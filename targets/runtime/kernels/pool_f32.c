@@ -1,4 +1,5 @@
 /* Pooling and reductions, float32, NCHW (N folded into C). */
+#include "../es_fp_exact.h" /* first: contraction off in every function below */
 #include <float.h>
 
 #include "../edgesmith_rt.h"

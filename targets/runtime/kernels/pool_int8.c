@@ -1,6 +1,7 @@
 /* Pooling, int8. Max pooling keeps the input's quantisation (es_maxpool2d_i8, with the
  * plain es_maxpool2d_i8_ref as its oracle); average pooling sums
  * (x - x_zp) and requantises sum / count with a fixed-point multiplier. */
+#include "../es_fp_exact.h" /* first: contraction off in every function below */
 #include "../edgesmith_rt.h"
 #include "../es_simd.h"
 #if defined(__SSE2__)

@@ -1,5 +1,6 @@
 /* Quantize / dequantize / requantize between float32 and int8 (ONNX QuantizeLinear
  * rounding: half to even, then saturate). */
+#include "../es_fp_exact.h" /* first: contraction off in every function below */
 #include <math.h>
 
 #include "../edgesmith_rt.h"

@@ -1,4 +1,5 @@
 /* Resize over the last two axes: nearest or (bi)linear, ONNX coordinate modes. */
+#include "../es_fp_exact.h" /* first: contraction off in every function below */
 #include <math.h>
 
 #include "../edgesmith_rt.h"

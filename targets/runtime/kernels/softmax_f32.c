@@ -1,4 +1,5 @@
 /* Softmax / LogSoftmax over the middle axis of [outer][n][inner], max-subtracted. */
+#include "../es_fp_exact.h" /* first: contraction off in every function below */
 #include <math.h>
 
 #include "../edgesmith_rt.h"
