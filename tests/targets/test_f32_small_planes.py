@@ -6,8 +6,9 @@ kernel to 1e-5 of the output magnitude, for every chunk size the pixel split pro
 9 pixels), channel counts that end inside a block of 8 and inside a group of 32, the
 in-place 1x1 path and the stride phases of a padded 3x3 / strided conv, AVX-512's wide
 tiles (32 channels x up to 14 pixels of a row, or two rows of a 7 x 7 plane, rows or channel
-blocks outer), portable / AVX2 / AVX-512 / aarch64 under qemu; and a model whose 1x1 and
-3x3 convs run on 3x3 and 7x7 planes agrees with onnxruntime."""
+blocks outer), AVX-512's narrowing 1x1 convs on planes of any size, portable / AVX2 /
+AVX-512 / aarch64 under qemu; and a model whose 1x1 and 3x3 convs run on 3x3 and 7x7 planes
+agrees with onnxruntime."""
 
 from __future__ import annotations
 
@@ -51,6 +52,11 @@ CASES = [
     [32, 6, 56, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 422, 6, 56],
     # 15 = 8 + 7, blocks outer (weights > input), 3 blocks, leaky
     [64, 5, 15, 96, 3, 3, 1, 1, 1, 1, 1, 1, 1, 2, 423, 5, 15],
+    # AVX-512: 1x1 convs that narrow (K >= 96, K >= 1.5 M) on planes of any size, the plane
+    # one row of P outputs: 784 in 56 chunks of 14; 400 in 6s and 5s (64 channels); K = 1.5 M
+    [192, 28, 28, 32, 1, 1, 1, 1, 0, 0, 1, 1, 1, 3, 424, 28, 28],
+    [128, 20, 20, 64, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 425, 20, 20],
+    [96, 13, 17, 64, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 426, 13, 17],
 ]
 
 

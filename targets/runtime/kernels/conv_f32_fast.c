@@ -613,12 +613,29 @@ static int pixel_cells(int n) {
  * 2.5, pixel path over gemm_cl at 14 x 14 (12 of 208 cells wasted): 1x1 480 -> 80 (16 of 96
  * rows wasted) 0.90x, 672 -> 112 0.94x, 480 -> 112 0.94x, 288 -> 48 0.83x; whole groups of
  * 32 stay with gemm_cl: 384 -> 64 1.09x, 576 -> 96 1.07x, 3x3 256 -> 256 1.12x. */
+#if defined(__AVX512F__)
+/* A 1x1 conv in place that narrows, K >= 1.5 M and K >= 96 (MobileNetV2's projections),
+ * M in whole channel groups, runs channels in the lanes on a plane of any size: the 8 x 32 pixel tiles then cycle
+ * through few channel blocks per input tile, at 53-61 GMAC/s. Kernel alone, random weights,
+ * Intel Xeon, per-call minima of 60 alternating rounds, channel lanes over the pixel path:
+ * 192 -> 64 at 28 x 28 0.67 and at 14 x 14 0.69-0.71, 192 -> 32 at 28 x 28 0.74-0.76,
+ * 144 -> 32 0.77-0.78, 128 -> 64 0.78-0.86, 128 -> 32 0.81, 96 -> 64 0.93-0.94, 96 -> 32
+ * at 56 x 56 0.98-0.99; where it widens or K is short it loses (64 -> 384 at 14 x 14
+ * 1.17-1.23, 64 -> 128 at 56 x 56 1.22-1.25, 64 -> 32 at 56 x 56 1.04-1.16) or ties
+ * (96 -> 576 0.95-1.00): a chunk's transpose out is paid per K, and wide outputs keep the
+ * pixel tiles busy. */
+static int narrowing_1x1(int P, int n, int K, int M) {
+    return n == P && M % ES_CL_CH == 0 && K >= 96 && 2 * K >= 3 * M;
+}
+#endif
+
 static int use_cl(int P, int n, int K, int M, int OW) {
     const int cells = pixel_cells(n), mc = (M + ES_CL_CH - 1) / ES_CL_CH * ES_CL_CH;
     if (P <= ES_F32_CL_P) return (n + 15) / 16 * 16 != P;
 #if defined(__AVX512F__)
     if (K >= ES_F32_CL_K && OW >= ES_CL_NP && n != P && M % ES_CL_CH == 0)
         return 1; /* any size: rows of whole chunks (gemm_cl_rows), no cell wasted */
+    if (narrowing_1x1(P, n, K, M)) return 1;
 #else
     (void)OW;
 #endif
