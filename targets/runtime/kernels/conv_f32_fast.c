@@ -800,7 +800,10 @@ static void gemm_cl64_rows(const cl_src *s, int K, const float *wp, const float 
 #define ES_WIDE_OW 14
 
 /* 32 channels of np pixels into t[j 32 + r]: pixel j < H at cp + j of each K row, pixel
- * j >= H (the second row of a pair) at cp + rs + j - H; NP and H are constants in each copy */
+ * j >= H (the second row of a pair) at cp + rs + j - H; NP and H are constants in each copy.
+ * cl_tile_n's loop with a second row and 14 pixels; one function for both (the gathered
+ * offsets or these) left GCC's cl_tile and cl_tile_row out of line, changing the 32 x 9
+ * tiles' code, so each keeps its own copy. */
 ES_ALWAYS_INLINE void wide_tile_n(const float *cp0, const int32_t *off, int K,
                                   const float *const *wb, const float *bb, float *t,
                                   const es_conv_params *p, const int NP, const int H,
