@@ -606,6 +606,22 @@ static int pixel_cells(int n) {
     return n - r + (r == 0 ? 0 : r <= 16 ? 16 : ES_F32_TP);
 }
 
+#if defined(__AVX512F__)
+/* A 1x1 conv in place that narrows, K >= 1.5 M and K >= 96 (MobileNetV2's projections), M in
+ * whole channel groups, runs channels in the lanes on a plane of any size: the 8 x 32 pixel
+ * tiles cycle through few channel blocks per input tile there (53-61 GMAC/s on 192 -> 64 and
+ * 128 -> 64 at 28 x 28). Kernel alone, random weights, Intel Xeon, per-call minima of 60
+ * alternating rounds, channel lanes over the pixel path: 192 -> 64 at 28 x 28 0.67 and at
+ * 14 x 14 0.69-0.71, 192 -> 32 at 28 x 28 0.74-0.76, 144 -> 32 0.77-0.78, 128 -> 64
+ * 0.78-0.86, 128 -> 32 0.81, 96 -> 64 0.93-0.94, 96 -> 32 at 56 x 56 0.98-0.99; where it
+ * widens or K is short it loses (64 -> 384 at 14 x 14 1.17-1.23, 64 -> 128 at 56 x 56
+ * 1.22-1.25, 64 -> 32 at 56 x 56 1.04-1.16) or ties (96 -> 576 0.95-1.00): a chunk's
+ * transpose out is paid once per K, and wide outputs keep the pixel tiles busy. */
+static int narrowing_1x1(int P, int n, int K, int M) {
+    return n == P && M % ES_CL_CH == 0 && K >= 96 && 2 * K >= 3 * M;
+}
+#endif
+
 /* whether a plane of P outputs on a grid of n cells, K long, M channels, goes to gemm_cl:
  * small, and 16-pixel vectors over the grid would leave lanes empty; or bigger, K long, 1/20
  * of the pixel path's cells would be wasted, and a smaller share of gemm_cl's channel rows,
@@ -613,22 +629,6 @@ static int pixel_cells(int n) {
  * 2.5, pixel path over gemm_cl at 14 x 14 (12 of 208 cells wasted): 1x1 480 -> 80 (16 of 96
  * rows wasted) 0.90x, 672 -> 112 0.94x, 480 -> 112 0.94x, 288 -> 48 0.83x; whole groups of
  * 32 stay with gemm_cl: 384 -> 64 1.09x, 576 -> 96 1.07x, 3x3 256 -> 256 1.12x. */
-#if defined(__AVX512F__)
-/* A 1x1 conv in place that narrows, K >= 1.5 M and K >= 96 (MobileNetV2's projections),
- * M in whole channel groups, runs channels in the lanes on a plane of any size: the 8 x 32 pixel tiles then cycle
- * through few channel blocks per input tile, at 53-61 GMAC/s. Kernel alone, random weights,
- * Intel Xeon, per-call minima of 60 alternating rounds, channel lanes over the pixel path:
- * 192 -> 64 at 28 x 28 0.67 and at 14 x 14 0.69-0.71, 192 -> 32 at 28 x 28 0.74-0.76,
- * 144 -> 32 0.77-0.78, 128 -> 64 0.78-0.86, 128 -> 32 0.81, 96 -> 64 0.93-0.94, 96 -> 32
- * at 56 x 56 0.98-0.99; where it widens or K is short it loses (64 -> 384 at 14 x 14
- * 1.17-1.23, 64 -> 128 at 56 x 56 1.22-1.25, 64 -> 32 at 56 x 56 1.04-1.16) or ties
- * (96 -> 576 0.95-1.00): a chunk's transpose out is paid per K, and wide outputs keep the
- * pixel tiles busy. */
-static int narrowing_1x1(int P, int n, int K, int M) {
-    return n == P && M % ES_CL_CH == 0 && K >= 96 && 2 * K >= 3 * M;
-}
-#endif
-
 static int use_cl(int P, int n, int K, int M, int OW) {
     const int cells = pixel_cells(n), mc = (M + ES_CL_CH - 1) / ES_CL_CH * ES_CL_CH;
     if (P <= ES_F32_CL_P) return (n + 15) / 16 * 16 != P;
@@ -783,10 +783,10 @@ static void gemm_cl64_rows(const cl_src *s, int K, const float *wp, const float 
  * On rows of ES_WIDE_OW outputs or more and M in whole 32s, a chunk is 32 channels x at most
  * 14 consecutive pixels of one row; a 7 x 7 plane goes in chunks of two whole rows. 28
  * accumulators, and per k two weight rows and 14 broadcasts for 28 FMAs: 31 of the 32
- * registers, no spill (objdump). This replaces 64 channels x 6 pixels (24 FMAs per four
- * weight rows and six broadcasts, the shape of MLAS's NCHWc kernel): per FMA a chunk now
- * streams half the weight bytes, rows of 56, 28 and 14 split into whole chunks of 14, and
- * 7 x 7 planes run 4 chunks of up to 14 where the 32 x 9 tiles ran 6 of up to 9. Kernel alone,
+ * registers, no spill (objdump). Against the 32 x 9 tiles these rows and planes took
+ * before: two weight rows per 28 FMAs instead of per 18, a row of 14 is one chunk (not
+ * 7 + 7), and a 7 x 7 plane runs 4 chunks of up to 14 where it ran 6 of up to 9, each
+ * re-reading the block's weights. Kernel alone,
  * random weights, Intel Xeon (AVX-512, fp32 peak 93 GMAC/s), per-call minima of 60
  * alternating rounds, wide tiles over the kernels before: 3x3 512 -> 512 at 7 x 7 0.87-0.88
  * (89 GMAC/s), 256 -> 256 at 14 x 14 0.90-0.93 (90-92 GMAC/s), 128 -> 256 stride 2 to
@@ -872,9 +872,10 @@ static void wide_chunk(const float *cp0, const int32_t *off, int K, const float 
 /* rows of OW >= ES_WIDE_OW in chunks of at most 14. Rows outer when the input planes hold
  * more floats than the weights: every 32-channel block then reads a row's input while it is
  * still in cache, where blocks outer read the whole input once per block (3x3 128 -> 128
- * at 56 x 56, kernel alone: 1.04-1.06x the 64 x 6 tiles with blocks outer, 0.95-0.97x with
- * rows outer); blocks outer when the weights are bigger, each block's weights then read
- * once per row from L2 rather than all of them per row (ResNet's 14 x 14 layers). */
+ * at 56 x 56 on these tiles, kernel alone: 1.04-1.06x the 64 x 6 tiles with blocks outer,
+ * 0.95-0.97x with rows outer); blocks outer when the weights are bigger, each block's
+ * weights then read once per row from L2 rather than all of them per row (ResNet's 14 x 14
+ * layers). */
 static void gemm_wide_rows(const cl_src *s, int K, const float *wp, const float *b, float *y,
                            int P, int OW, const es_conv_params *p) {
     const int rc = (OW + ES_WIDE_NP - 1) / ES_WIDE_NP, OH = P / OW, nb = p->M / 32;
