@@ -48,8 +48,9 @@ CASES = [
     [40, 7, 7, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 419, 7, 7],    # 3 pairs + the odd last row
     [32, 8, 7, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 4, 420, 8, 7],    # 4 pairs, hard-swish
     [30, 13, 13, 32, 3, 3, 2, 2, 1, 1, 1, 1, 1, 2, 421, 7, 7],  # pairs through stride phases
-    # rows: 56 = 4 x 14 (the middle two in place), rows outer (input > weights), 2 blocks
-    [32, 6, 56, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 422, 6, 56],
+    # rows of 40 = 14 + 13 + 13 (the middle one in place), M 96 (not in 64s, so not the
+    # 64 x 6 tiles), rows outer (input 30,720 floats > weights 27,648), 3 blocks
+    [32, 24, 40, 96, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 422, 24, 40],
     # 15 = 8 + 7, blocks outer (weights > input), 3 blocks, leaky
     [64, 5, 15, 96, 3, 3, 1, 1, 1, 1, 1, 1, 1, 2, 423, 5, 15],
     # AVX-512: 1x1 convs that narrow (K >= 96, K >= 1.5 M) on planes of any size, the plane

@@ -289,10 +289,10 @@ static inline __m128i add16_f32(__m128i a, __m128i b, const add_f32_consts *c,
 }
 
 /* The reciprocal, and whole vectors without masks, measured on the Intel Xeon (200,704
- * random bytes a side in runs of 3,136, old and new alternating): unmasked 0.89-0.97x, the reciprocal
- * then 0.93x, with the division's bytes on every (a, b) pair of 2,000 random scale sets.
- * (Built without -std=c99, GCC contracts the dequantising multiply into the sum's FMA
- * and the bytes change: the build's ISO mode keeps every rounding.) */
+ * random bytes a side in runs of 3,136, old and new alternating): unmasked 0.89-0.97x, the
+ * reciprocal then 0.93x, with the division's bytes on every (a, b) pair of 2,000 random
+ * scale sets. (A GNU-mode GCC build would contract the dequantising multiply into the
+ * sum's FMA and change bytes; es_fp_exact.h, included first, keeps every rounding.) */
 static int add_f32_simd(const int8_t *a, const int8_t *b, int8_t *y, int n,
                         const es_qadd_params *p) {
     add_f32_consts c;
