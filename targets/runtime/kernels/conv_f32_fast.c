@@ -1058,6 +1058,37 @@ static void gemm_blocks(const float *col, const int32_t *off, int K, const float
  * 0.95-0.99; K 144-240 unchanged (1.00). */
 #define ES_F32_PB 8
 
+/* With a longer K the K rows of a tile in place are K separate 128-byte runs a plane
+ * apart, over 32-float boundaries of every alignment: 8 tiles of them (ES_F32_PB) hold
+ * K x 8 x 2-3 lines, over L1 from K = 24 or so, and on planes of 256 or 1024 floats the rows
+ * fall into a few L1 sets besides. From K = ES_F32_PACK_K each tile's K x 32 floats are
+ * copied into one contiguous, aligned block (the im2col tile's scratch) and every channel
+ * block runs over it while it sits in L1, tile by tile. Kernel alone, random weights, Intel
+ * Xeon, per-call minima of 25 alternating rounds, packed over in place: 1x1 96 -> 576 at
+ * 14 x 14 0.88-0.90, 64 -> 384 0.84-1.00, 112 -> 672 0.87, 672 -> 112 0.80-0.81, 480 -> 80
+ * 0.67-0.84, 240 -> 40 at 28 x 28 0.77-0.78, 40 -> 240 0.85-0.98, 96 -> 24 and 144 -> 24 at
+ * 56 x 56 0.90-0.93 and 0.87-0.90, ResNet-18's downsamples after their gather (64 -> 128 at
+ * 28 x 28, 128 -> 256 at 14 x 14) 0.81-0.98 and 0.83-0.88; on the aliasing planes 96 -> 576
+ * at 16 x 16 0.74, 32 -> 192 at 32 x 32 0.86. Short K loses the copy and the block order's
+ * long output runs: 32 -> 16 and 16 -> 96 at 112 x 112 1.13-1.19 and 1.16-1.26, 24 -> 144
+ * at 56 x 56 1.08-1.12, 32 -> 192 at 28 x 28 0.97-1.01. Copying a 3x3 conv's phase rows
+ * the same way lost (1.10-1.28: its taps' rows overlap in cache already). */
+#define ES_F32_PACK_K 40
+#define ES_F32_PACK_M 64
+
+/* columns [p0, p0 + 32) of the K rows x + k P, into col[k][32] */
+static void pack_tile(const float *x, size_t P, int K, float *col) {
+    int k;
+    for (k = 0; k < K; ++k, x += P, col += ES_F32_TP) {
+#if defined(__AVX512F__)
+        _mm512_storeu_ps(col, _mm512_loadu_ps(x));
+        _mm512_storeu_ps(col + 16, _mm512_loadu_ps(x + 16));
+#else
+        memcpy(col, x, ES_F32_TP * sizeof(float));
+#endif
+    }
+}
+
 static void gemm_direct(const float *x, const float *w, const float *b, float *scratch,
                         float *y, const es_conv_params *p) {
     const int K = p->C, P = p->OH * p->OW, Pw = P / ES_F32_TP * ES_F32_TP;
@@ -1073,16 +1104,23 @@ static void gemm_direct(const float *x, const float *w, const float *b, float *s
         gemm_cl(&s, K, w, b, y, P, P, p);
         return;
     }
-    for (q0 = 0; q0 < Pw; q0 += ES_F32_PB * ES_F32_TP) {
-        const int q1 = q0 + ES_F32_PB * ES_F32_TP < Pw ? q0 + ES_F32_PB * ES_F32_TP : Pw;
-        for (m0 = 0; m0 < p->M; m0 += ES_F32_MR) {
-            const int nr = p->M - m0 < ES_F32_MR ? p->M - m0 : ES_F32_MR;
-            const float *wb = wblock(w, m0, K);
-            float b8[ES_F32_MR];
-            for (r = 0; r < ES_F32_MR; ++r) b8[r] = r < nr ? b[m0 + r] : 0.0f;
-            for (p0 = q0; p0 < q1; p0 += ES_F32_TP)
-                mk_f32_block(x + p0, off, K, wb, b8, y + (size_t)m0 * P + p0, (size_t)P, nr,
-                             ES_F32_TP, p);
+    if (K >= ES_F32_PACK_K && p->M >= ES_F32_PACK_M) { /* tile by tile, packed copies */
+        for (p0 = 0; p0 < Pw; p0 += ES_F32_TP) {
+            pack_tile(x + p0, (size_t)P, K, col);
+            gemm_blocks(col, off32, K, w, b, y + p0, (size_t)P, ES_F32_TP, p);
+        }
+    } else {
+        for (q0 = 0; q0 < Pw; q0 += ES_F32_PB * ES_F32_TP) {
+            const int q1 = q0 + ES_F32_PB * ES_F32_TP < Pw ? q0 + ES_F32_PB * ES_F32_TP : Pw;
+            for (m0 = 0; m0 < p->M; m0 += ES_F32_MR) {
+                const int nr = p->M - m0 < ES_F32_MR ? p->M - m0 : ES_F32_MR;
+                const float *wb = wblock(w, m0, K);
+                float b8[ES_F32_MR];
+                for (r = 0; r < ES_F32_MR; ++r) b8[r] = r < nr ? b[m0 + r] : 0.0f;
+                for (p0 = q0; p0 < q1; p0 += ES_F32_TP)
+                    mk_f32_block(x + p0, off, K, wb, b8, y + (size_t)m0 * P + p0, (size_t)P,
+                                 nr, ES_F32_TP, p);
+            }
         }
     }
     if (Pw < P) { /* the last partial tile, through im2col_f32 */
