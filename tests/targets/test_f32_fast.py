@@ -57,10 +57,10 @@ GEMM_CASES = [
     # one chunk a row, on both edges (the row's left and right columns meet)
     [32, 10, 2, 32, 3, 3, 1, 1, 1, 4, 1, 1, 1, 1, 222, 10, 9],  # 2 columns under a 3-wide
     # kernel: no chunk can read in place, the whole plane is built
-    # In-place 1x1 convs with K >= 40 and M >= 64 run each tile from a packed copy:
+    # In-place 1x1 convs with K >= 40 and M >= 40 run each tile from a packed copy:
     [48, 9, 23, 72, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 223, 9, 23],  # 207 = 6 tiles + a tail of
     # 15 through im2col; M = 64 + 8
-    [40, 16, 16, 64, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 224, 16, 16],  # K 40, rows 1 KB apart
+    [40, 16, 16, 40, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 224, 16, 16],  # K and M 40, rows 1 KB apart
     [64, 28, 27, 128, 1, 1, 2, 2, 0, 0, 1, 1, 1, 2, 225, 14, 14],  # stride 2: gathered, then
     # packed (a ResNet downsample)
 ]

@@ -1071,10 +1071,14 @@ static void gemm_blocks(const float *col, const int32_t *off, int K, const float
  * 28 x 28, 128 -> 256 at 14 x 14) 0.81-0.98 and 0.83-0.88; on the aliasing planes 96 -> 576
  * at 16 x 16 0.74, 32 -> 192 at 32 x 32 0.86. Short K loses the copy and the block order's
  * long output runs: 32 -> 16 and 16 -> 96 at 112 x 112 1.13-1.19 and 1.16-1.26, 24 -> 144
- * at 56 x 56 1.08-1.12, 32 -> 192 at 28 x 28 0.97-1.01. Copying a 3x3 conv's phase rows
- * the same way lost (1.10-1.28: its taps' rows overlap in cache already). */
+ * at 56 x 56 1.08-1.12, 32 -> 192 at 28 x 28 0.97-1.01. So do few channel blocks per
+ * copy inside a network, where 96 -> 24 and 144 -> 24 at 56 x 56 (3 blocks) went 102 -> 111
+ * and 165 -> 174 us in MobileNetV2-224 (per-step minima, 12 alternating rounds), while
+ * EfficientNet-B0's 144 -> 40 and 240 -> 40 at 28 x 28 (5 blocks) went 64 -> 60 and
+ * 112 -> 104 us (8 rounds): from ES_F32_PACK_M channels. Copying a 3x3 conv's phase rows the same way lost (1.10-1.28: its
+ * taps' rows overlap in cache already). */
 #define ES_F32_PACK_K 40
-#define ES_F32_PACK_M 64
+#define ES_F32_PACK_M 40
 
 /* columns [p0, p0 + 32) of the K rows x + k P, into col[k][32] */
 static void pack_tile(const float *x, size_t P, int K, float *col) {
