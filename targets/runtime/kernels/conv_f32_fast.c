@@ -1063,20 +1063,24 @@ static void gemm_blocks(const float *col, const int32_t *off, int K, const float
  * K x 8 x 2-3 lines, over L1 from K = 24 or so, and on planes of 256 or 1024 floats the rows
  * fall into a few L1 sets besides. From K = ES_F32_PACK_K each tile's K x 32 floats are
  * copied into one contiguous, aligned block (the im2col tile's scratch) and every channel
- * block runs over it while it sits in L1, tile by tile. Kernel alone, random weights, Intel
- * Xeon, per-call minima of 25 alternating rounds, packed over in place: 1x1 96 -> 576 at
- * 14 x 14 0.88-0.90, 64 -> 384 0.84-1.00, 112 -> 672 0.87, 672 -> 112 0.80-0.81, 480 -> 80
- * 0.67-0.84, 240 -> 40 at 28 x 28 0.77-0.78, 40 -> 240 0.85-0.98, 96 -> 24 and 144 -> 24 at
- * 56 x 56 0.90-0.93 and 0.87-0.90, ResNet-18's downsamples after their gather (64 -> 128 at
- * 28 x 28, 128 -> 256 at 14 x 14) 0.81-0.98 and 0.83-0.88; on the aliasing planes 96 -> 576
- * at 16 x 16 0.74, 32 -> 192 at 32 x 32 0.86. Short K loses the copy and the block order's
- * long output runs: 32 -> 16 and 16 -> 96 at 112 x 112 1.13-1.19 and 1.16-1.26, 24 -> 144
- * at 56 x 56 1.08-1.12, 32 -> 192 at 28 x 28 0.97-1.01. So do few channel blocks per
- * copy inside a network, where 96 -> 24 and 144 -> 24 at 56 x 56 (3 blocks) went 102 -> 111
- * and 165 -> 174 us in MobileNetV2-224 (per-step minima, 12 alternating rounds), while
- * EfficientNet-B0's 144 -> 40 and 240 -> 40 at 28 x 28 (5 blocks) went 64 -> 60 and
- * 112 -> 104 us (8 rounds): from ES_F32_PACK_M channels. Copying a 3x3 conv's phase rows the same way lost (1.10-1.28: its
- * taps' rows overlap in cache already). */
+ * block runs over it while it sits in L1, tile by tile.
+ *
+ * Kernel alone, random weights, Intel Xeon, per-call minima of 25 alternating rounds,
+ * packed over in place: 1x1 96 -> 576 at 14 x 14 0.88-0.90, 64 -> 384 0.84-1.00,
+ * 112 -> 672 0.87, 672 -> 112 0.80-0.81, 480 -> 80 0.67-0.84, 240 -> 40 at 28 x 28
+ * 0.77-0.78, 40 -> 240 0.85-0.98, 96 -> 24 and 144 -> 24 at 56 x 56 0.90-0.93 and
+ * 0.87-0.90, ResNet-18's downsamples after their gather (64 -> 128 at 28 x 28, 128 -> 256
+ * at 14 x 14) 0.81-0.98 and 0.83-0.88; on the aliasing planes 96 -> 576 at 16 x 16 0.74,
+ * 32 -> 192 at 32 x 32 0.86. Short K loses the copy and the block order's long output
+ * runs: 32 -> 16 and 16 -> 96 at 112 x 112 1.13-1.19 and 1.16-1.26, 24 -> 144 at 56 x 56
+ * 1.08-1.12, 32 -> 192 at 28 x 28 0.97-1.01.
+ *
+ * A copy also needs enough channel blocks to pay for it inside a network: MobileNetV2-224's
+ * 96 -> 24 and 144 -> 24 at 56 x 56 (3 blocks) went 102 -> 111 and 165 -> 174 us packed
+ * (per-step minima, 12 alternating rounds), EfficientNet-B0's 144 -> 40 and 240 -> 40 at
+ * 28 x 28 (5 blocks) 64 -> 60 and 112 -> 104 us (8 rounds); hence ES_F32_PACK_M. Copying
+ * a 3x3 conv's phase rows the same way lost (1.10-1.28: its taps' rows overlap in cache
+ * already). */
 #define ES_F32_PACK_K 40
 #define ES_F32_PACK_M 40
 
