@@ -128,35 +128,78 @@ def _head_to_head(binary: Path, cwd: Path, it, runs: int, rounds: int) -> dict:
             "per_round_p50_ms": [[round(c, 5), round(lt, 5)] for c, lt in per]}
 
 
-def _tflm_arena(it) -> dict:
-    """TFLM's RecordingMicroAllocator figures, parsed from print_allocations() (it writes
-    from C++ to fd 1/2, so both are redirected into a pipe around the call)."""
+def _c_output(fn):
+    """(fn(), or the exception it raised; what C++ wrote to fd 1/2 meanwhile): TFLM reports
+    through printf, not Python (print_allocations' figures, "Didn't find op for builtin
+    opcode ..."), so both descriptors go into a pipe around the call."""
     import os
-    import re
+    import threading
 
     sys.stdout.flush()
     sys.stderr.flush()
     r, w = os.pipe()
     saved = [os.dup(1), os.dup(2)]
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: os.read(r, 65536), b"")))
+    reader.start()  # drained while fn runs: a full pipe would block it
     os.dup2(w, 1)
     os.dup2(w, 2)
     try:
-        it.print_allocations()
+        try:
+            res = fn()
+        except Exception as e:  # noqa: BLE001 - handed to the caller with the text
+            res = e
     finally:
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
         os.close(w)
         for fd in saved:
             os.close(fd)
-    text = b""
-    while chunk := os.read(r, 65536):
-        text += chunk
-    os.close(r)
+        reader.join()
+        os.close(r)
+    return res, b"".join(chunks).decode(errors="replace")
+
+
+def _tflm_arena(it) -> dict:
+    """TFLM's RecordingMicroAllocator figures, parsed from print_allocations()."""
+    import re
+
+    _, text = _c_output(it.print_allocations)
     out = {}
     for key in ("total", "head", "tail"):
-        m = re.search(rf"Arena allocation {key} (\d+) bytes", text.decode(errors="replace"))
+        m = re.search(rf"Arena allocation {key} (\d+) bytes", text)
         out[key] = int(m.group(1)) if m else None
     return out
+
+
+# Ops a LiteRT model may hold that TFLite Micro does not register, and the registered op
+# that stands in for each when only TFLM's arena is measured: element-wise on one int8
+# tensor, output the input's shape, no scratch, so the tensors TFLM plans are the same.
+# (onnx2tf writes a MobileNetV3's HardSigmoid as RELU_0_TO_1.)
+TFLM_STAND_INS = {"RELU_0_TO_1": "RELU6"}
+
+
+def tflite_stand_ins(src: Path, dst: Path, subs: dict[str, str]) -> dict[str, str]:
+    """Write ``src`` to ``dst`` with each operator code named in ``subs`` replaced by its
+    stand-in (version 1); returns the replacements made ({} and no file when none)."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    codes = {k: v for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    names = {v: k for k, v in codes.items()}
+    model = schema.ModelT.InitFromPackedBuf(bytearray(Path(src).read_bytes()), 0)
+    done = {}
+    for oc in model.operatorCodes or []:
+        name = names.get(max(int(oc.builtinCode or 0), int(oc.deprecatedBuiltinCode or 0)))
+        if name in subs and not oc.customCode:
+            oc.builtinCode = oc.deprecatedBuiltinCode = codes[subs[name]]
+            oc.version = 1
+            done[name] = subs[name]
+    if done:
+        b = flatbuffers.Builder(1024)
+        b.Finish(model.Pack(b), file_identifier=b"TFL3")
+        Path(dst).write_bytes(bytes(b.Output()))
+    return done
 
 
 def _tflm(model: Path, runs: int):
@@ -447,16 +490,27 @@ def int8_peak() -> dict:
 def _tflm_arena_of(tfl: Path) -> dict:
     """TFLite Micro's arena for the int8 .tflite LiteRT ran (its RecordingMicroAllocator,
     after AllocateTensors: no invoke needed, which would take seconds on its reference
-    kernels at 224x224)."""
+    kernels at 224x224). Where TFLM refuses an op that has a stand-in (TFLM_STAND_INS), the
+    arena is that of the model with the stand-in, and the result names it ("stand_ins")
+    with TFLM's own message for the model as it is ("as_is")."""
     try:
         from tflite_micro.python.tflite_micro import runtime
     except ImportError:
         return {"skipped": "tflite-micro not installed (pip install -e '.[bench]')"}
-    try:
-        it = runtime.Interpreter.from_file(str(tfl))
+    it, text = _c_output(lambda: runtime.Interpreter.from_file(str(tfl)))
+    if not isinstance(it, Exception):
         return _tflm_arena(it)
-    except Exception as e:  # noqa: BLE001 - an op TFLM lacks is a skip, not a figure
-        return {"skipped": f"TFLite Micro: {type(e).__name__}: {e}"[:300]}
+    why = " ".join(line for line in text.splitlines() if "op" in line.lower())[:200]
+    stand = tfl.with_name(tfl.stem + "_tflm_stand_ins.tflite")
+    subs = tflite_stand_ins(tfl, stand, TFLM_STAND_INS)
+    if subs:  # an op TFLM lacks, with a stand-in that leaves the arena as it is
+        it2, text2 = _c_output(lambda: runtime.Interpreter.from_file(str(stand)))
+        if not isinstance(it2, Exception):
+            return {**_tflm_arena(it2), "stand_ins": subs, "as_is": why or str(it)}
+        why = " ".join(line for line in text2.splitlines() if "op" in line.lower())[:200]
+        it = it2
+    # an op TFLM lacks and no stand-in: a skip, not a figure
+    return {"skipped": f"TFLite Micro: {type(it).__name__}: {it}; {why}"[:300]}
 
 
 def _geomean(report: dict, nets: list[str]) -> dict:
