@@ -517,14 +517,16 @@ void es_conv2d_i8_dot_add(const int8_t *x, const int8_t *w8, const int32_t *bias
  * [ceil(M/8)][K4][8][4] int8, the C*KH*KW taps in (c, kh, kw) order four to a word, K4 =
  * ceil(C*KH*KW / 4), taps past the last zero; bias_u8 as for es_conv2d_i8_dot
  * (kernels/conv_int8_dot.c). Scratch: the im2col block of ES_STEM_ROWS output rows (about
- * 256 pixels), K4 rows of NP words (their pixels rounded up to a tile pair), then the padded input rows split into SW column
- * phases of ceil(WP / SW) bytes, then one padded row of WP bytes (lower/kernels.py
- * stem_i8_scratch mirrors it). */
+ * 256 pixels), K4 rows of NP words (their pixels rounded up to a tile pair), then a window
+ * of the padded input rows one block reads (ES_STEM_WINDOW per channel), split into SW
+ * column phases of ceil(WP / SW) bytes, then one padded row of WP bytes
+ * (lower/kernels.py stem_i8_scratch mirrors it). */
 #define ES_STEM_ROWS(OH, OW) ((OH) < 256 / (OW) ? (OH) : (256 / (OW) > 1 ? 256 / (OW) : 1))
 #define ES_STEM_NP(OH, OW) (ES_DOT_CEIL(ES_STEM_ROWS(OH, OW) * (OW), 32) * 32)
+#define ES_STEM_WINDOW(OH, OW, KH, SH, DH) ((ES_STEM_ROWS(OH, OW) - 1) * (SH) + ((KH) - 1) * (DH) + 1)
 #define ES_I8_STEM_SCRATCH(C, OH, OW, KH, KW, SH, SW, DH, DW)                                 \
     (4u * (size_t)ES_DOT_CEIL((C) * (KH) * (KW), 4) * (size_t)ES_STEM_NP(OH, OW) +           \
-     (size_t)(C) * (size_t)ES_DOT_PADDED(OH, SH, KH, DH) * (size_t)(SW) *                    \
+     (size_t)(C) * (size_t)ES_STEM_WINDOW(OH, OW, KH, SH, DH) * (size_t)(SW) *               \
          (size_t)ES_DOT_CEIL(ES_DOT_PADDED(OW, SW, KW, DW), SW) +                            \
      (size_t)ES_DOT_PADDED(OW, SW, KW, DW))
 static inline size_t es_i8_stem_scratch(const es_conv_params *p) {

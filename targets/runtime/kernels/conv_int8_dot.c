@@ -846,25 +846,30 @@ void es_conv2d_i8_dot_add(const int8_t *x, const int8_t *w8, const int32_t *bias
  * taps past K zero (lower/int8_conv.py), and folds the u8 shift into the bias as for
  * es_conv2d_i8_dot.
  *
- * The input is first copied once into padded rows dealt out by column phase (the stride):
+ * The input is copied into padded rows dealt out by column phase (the stride):
  * rows[c][r][ph][q] = x[c][r - PT][q * SW + ph - PL], or x_zp where that is padding. Tap
  * (c, kh, kw) of output row oh is then the contiguous bytes from rows[c][oh * SH + kh * DH]
- * [kw * DW % SW][kw * DW / SW], one per output column. Per output row, four such tap rows
+ * [kw * DW % SW][kw * DW / SW], one per output column. Only the rows one block of output
+ * rows reads are kept (ES_STEM_WINDOW: 9 of ResNet-18's 229, 4 of MobileNetV2-224's 225):
+ * the rows a block shares with the one before move to the window's front and the others
+ * are made from x, so no step holds a second copy of the input (ResNet-18-224's stem
+ * scratch 190 KB -> 44 KB, and its step the arena's peak). Per output row, four such tap rows
  * interleave into one row of words of the im2col block col[K4][NP] (the quads_row of the
  * quad planes above, +128 included), R output rows side by side (about 256 pixels), and the
  * same 8 x 32 micro-kernel as the direct walk multiplies it: 16 output pixels per vector,
  * stored straight into each channel's rows. */
 
-/* the padded input rows dealt by column phase (see above); rowbuf holds one padded row */
-static void stem_rows(const int8_t *x, int8_t *rows, int8_t *rowbuf, int Hp, int Wp, int S,
-                      int Wq, const es_conv_params *p) {
+/* padded input rows r0 .. r1 - 1 dealt by column phase (see above), row r into slot r - base
+ * of each channel's NW slots; rowbuf holds one padded row */
+static void stem_rows(const int8_t *x, int8_t *rows, int8_t *rowbuf, int r0, int r1, int base,
+                      int NW, int Wp, int S, int Wq, const es_conv_params *p) {
     const int8_t pad = (int8_t)p->x_zp;
     const int lo = p->PL < Wp ? p->PL : Wp, hi = p->PL + p->W < Wp ? p->PL + p->W : Wp;
     int c, r, q, ph;
     for (c = 0; c < p->C; ++c)
-        for (r = 0; r < Hp; ++r) {
+        for (r = r0; r < r1; ++r) {
             const int ih = r - p->PT;
-            int8_t *dst = rows + ((size_t)c * Hp + r) * S * Wq;
+            int8_t *dst = rows + ((size_t)c * NW + (size_t)(r - base)) * S * Wq;
             int8_t *row = S == 1 ? dst : rowbuf;
 #if defined(ES_DOT_VNNI) && defined(__AVX512VBMI2__)
             if (S == 2) { /* 64 padded columns per step, read straight from x: expand-load
@@ -934,29 +939,29 @@ static void stem_rows(const int8_t *x, int8_t *rows, int8_t *rowbuf, int Hp, int
 }
 
 
-/* nr rows of the im2col block, from output row oh0: word (k4, r * OW + j) holds taps
- * 4*k4 .. 4*k4 + 3 of output column j of row oh0 + r (+128); taps past K repeat tap 0 (their
- * weights are zero). A tap's offset in rows does not depend on the output row, so each quad
+/* nr rows of the im2col block: word (k4, r * OW + j) holds taps 4*k4 .. 4*k4 + 3 of output
+ * column j of the block's row r (+128), read from the window of padded rows whose slot 0 is
+ * the block's first output row's first tap row; taps past K repeat tap 0 (their weights
+ * are zero). A tap's offset in the window does not depend on the output row, so each quad
  * of taps is located once and then read for every row of the block. The taps are walked in
  * order, (c, kh, kw) counted up rather than divided out of t: three divisions per tap, for
  * every quad of every block, were 4 % of ResNet-18's 7x7 stem. */
-static void stem_col_rows(uint32_t *col, int NP, const int8_t *rows, int oh0, int nr, int Hp,
-                          int S, int Wq, int K4, const es_conv_params *p) {
+static void stem_col_rows(uint32_t *col, int NP, const int8_t *rows, int nr, int NW, int S,
+                          int Wq, int K4, const es_conv_params *p) {
     const int K = p->C * p->KH * p->KW, OW = p->OW;
     const size_t row_step = (size_t)p->SH * S * Wq; /* bytes from one output row's taps to
                                                        the next one's */
-    const int8_t *const tap0 = rows + (size_t)oh0 * row_step;
     const int8_t *src[4];
     int k4, i, r, t = 0, c = 0, kh = 0, kw = 0;
     for (k4 = 0; k4 < K4; ++k4) {
         uint32_t *dst = col + (size_t)k4 * NP;
         for (i = 0; i < 4; ++i, ++t) {
-            const int rr = oh0 * p->SH + kh * p->DH, cw = kw * p->DW;
+            const int rr = kh * p->DH, cw = kw * p->DW;
             if (t >= K) {
-                src[i] = tap0;
+                src[i] = rows;
                 continue;
             }
-            src[i] = rows + (((size_t)c * Hp + rr) * S + (size_t)(cw % S)) * Wq + cw / S;
+            src[i] = rows + (((size_t)c * NW + rr) * S + (size_t)(cw % S)) * Wq + cw / S;
             if (++kw == p->KW) {
                 kw = 0;
                 if (++kh == p->KH) {
@@ -982,17 +987,17 @@ void es_conv2d_i8_stem(const int8_t *x, const int8_t *w8, const int32_t *bias_u8
                        const es_conv_params *p) {
     const int K4 = ES_DOT_CEIL(p->C * p->KH * p->KW, 4), OW = p->OW, P = p->OH * OW;
     const int R = ES_STEM_ROWS(p->OH, OW), NP = ES_STEM_NP(p->OH, OW), S = p->SW;
-    const int Hp = ES_DOT_PADDED(p->OH, p->SH, p->KH, p->DH);
+    const int NW = ES_STEM_WINDOW(p->OH, OW, p->KH, p->SH, p->DH);
     const int Wp = ES_DOT_PADDED(OW, p->SW, p->KW, p->DW), Wq = ES_DOT_CEIL(Wp, S);
+    const size_t slot = (size_t)S * Wq; /* bytes of one padded row, dealt by phase */
     uint32_t *col = (uint32_t *)scratch;
     int8_t *rows = (int8_t *)(col + (size_t)K4 * NP);
-    int8_t *rowbuf = rows + (size_t)p->C * Hp * S * Wq;
+    int8_t *rowbuf = rows + (size_t)p->C * NW * slot;
     size_t tap0 = 0;
-    int oh0, v0, m0;
+    int oh0, v0, m0, c, base = 0, end = 0; /* the window holds padded rows [base, end) */
     dot_block a;
     dot_call call;
     call_setup(&call, mult, shift, p);
-    stem_rows(x, rows, rowbuf, Hp, Wp, S, Wq, p);
     /* lanes past a block's pixels are computed and never stored; zeroed once so that they
      * are defined */
     memset(col, 0, 4 * (size_t)K4 * NP);
@@ -1009,7 +1014,17 @@ void es_conv2d_i8_stem(const int8_t *x, const int8_t *w8, const int32_t *bias_u8
      * over them flattened, in pairs, whatever the row length */
     for (oh0 = 0; oh0 < p->OH; oh0 += R) {
         const int nr = p->OH - oh0 < R ? p->OH - oh0 : R, n = nr * OW;
-        stem_col_rows(col, NP, rows, oh0, nr, Hp, S, Wq, K4, p);
+        const int lo = oh0 * p->SH, hi = lo + (nr - 1) * p->SH + (p->KH - 1) * p->DH + 1;
+        /* the block's padded rows [lo, hi) into the window: the ones the last block made
+         * too (the kernel is taller than the stride) move to its front, the rest are made */
+        if (lo < end && lo > base)
+            for (c = 0; c < p->C; ++c)
+                memmove(rows + (size_t)c * NW * slot, rows + ((size_t)c * NW + (lo - base)) * slot,
+                        (size_t)(end - lo) * slot);
+        stem_rows(x, rows, rowbuf, lo < end ? end : lo, hi, lo, NW, Wp, S, Wq, p);
+        base = lo;
+        end = hi;
+        stem_col_rows(col, NP, rows, nr, NW, S, Wq, K4, p);
         for (v0 = 0; v0 < n; v0 += 2 * TP) { /* tiles in pairs where there are two */
             dot_block b;
             a.base = (const uint8_t *)(col + v0);
