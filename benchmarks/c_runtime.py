@@ -14,8 +14,10 @@ random data (fine for speed, meaningless for accuracy); the JSON says "trained" 
 (f32 forced), all on one thread, in alternating rounds; under each net's name the JSON
 keeps ratio_c_over_litert / _ort / _openvino as {int8, fp32}, the C int8 GMAC/s and its %
 of this CPU's measured int8 peak (benchmarks/int8_peak.c, built and run at the start and
-at the end), the int8 arena against TFLite Micro's, and the five slowest C steps
-(edgesmith_bench --profile); a "geomean" block sums the ratios over the nets.
+at the end), the int8 arena against TFLite Micro's (arena_int8; arena_int8_input with both
+taking the input quantized: C input: int8, the .tflite's input QUANTIZE folded out), and the
+five slowest C steps (edgesmith_bench --profile); a "geomean" block sums the ratios over the
+nets.
 
 The C / LiteRT ratio comes from alternating rounds (see _head_to_head): on a shared
 machine a single back-to-back pair can differ by 1.5x from one minute to the next.
@@ -487,6 +489,36 @@ def int8_peak() -> dict:
     return res
 
 
+def tflite_int8_input(src: Path, dst: Path) -> bool:
+    """Write ``src`` to ``dst`` taking its input quantized, as a TFLite model converted with
+    an int8 input type does: each float graph input read only by a QUANTIZE gives way to
+    that QUANTIZE's int8 output, and the float tensor left over shrinks to one element
+    (tensor indices stay as they are). The counterpart of the C option ``input: int8``,
+    for TFLite Micro's arena; False and no file when no input is quantized so."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromPackedBuf(bytearray(Path(src).read_bytes()), 0)
+    codes = [max(int(oc.builtinCode or 0), int(oc.deprecatedBuiltinCode or 0))
+             for oc in model.operatorCodes or []]
+    g = model.subgraphs[0]
+    folded = False
+    for k, op in reversed(list(enumerate(g.operators))):
+        x = int(op.inputs[0])
+        readers = [o for o in g.operators if x in list(o.inputs)]
+        if (codes[op.opcodeIndex] == schema.BuiltinOperator.QUANTIZE and len(readers) == 1
+                and x in list(g.inputs) and g.tensors[x].type == schema.TensorType.FLOAT32):
+            g.inputs[list(g.inputs).index(x)] = op.outputs[0]
+            g.tensors[x].shape, g.tensors[x].shapeSignature = [1], None
+            del g.operators[k]
+            folded = True
+    if folded:
+        b = flatbuffers.Builder(1024)
+        b.Finish(model.Pack(b), file_identifier=b"TFL3")
+        Path(dst).write_bytes(bytes(b.Output()))
+    return folded
+
+
 def _tflm_arena_of(tfl: Path) -> dict:
     """TFLite Micro's arena for the int8 .tflite LiteRT ran (its RecordingMicroAllocator,
     after AllocateTensors: no invoke needed, which would take seconds on its reference
@@ -558,12 +590,22 @@ def bench_net(item: str, work: Path, runs: int, rounds: int) -> dict:
                    "rounds": h2h, "c_profile": _profile(b, out, runs, min(rounds, 2))}
         if prec == "int8":
             r["c_int8_gmac_per_s"] = round(c_gmac, 1)
-            tflm = _tflm_arena_of(tfl) if tfl else {"skipped": "no int8 .tflite model"}
-            r["arena_int8"] = {"c_bytes": gen.plan.arena_bytes,
-                               "tflm": tflm, "c_over_tflm_total": (
-                                   round(gen.plan.arena_bytes / tflm["total"], 3)
-                                   if tflm.get("total") else None)}
+            r["arena_int8"] = _arena_vs_tflm(gen.plan.arena_bytes, tfl)
+            # both taking the input quantized, as microcontroller deployments do: C option
+            # input: int8 (generated only, not built) against the int8-input .tflite
+            i8 = codegen.from_onnx(src, work / f"{name}_{size}_int8_input", precision=prec,
+                                   cflags="-O3 -march=native", input="int8")
+            t8 = tfl.with_name(tfl.stem + "_int8_input.tflite") if tfl else None
+            r["arena_int8_input"] = _arena_vs_tflm(
+                i8.plan.arena_bytes, t8 if t8 and tflite_int8_input(tfl, t8) else None)
     return r
+
+
+def _arena_vs_tflm(c_bytes: int, tfl: Path | None) -> dict:
+    """C's arena against TFLite Micro's for the same model (None: no .tflite to compare)."""
+    tflm = _tflm_arena_of(tfl) if tfl else {"skipped": "no int8 .tflite model"}
+    return {"c_bytes": c_bytes, "tflm": tflm, "c_over_tflm_total": (
+        round(c_bytes / tflm["total"], 3) if tflm.get("total") else None)}
 
 
 def pin(cpu: int) -> int | None:

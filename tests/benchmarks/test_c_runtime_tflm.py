@@ -1,6 +1,8 @@
 """benchmarks/c_runtime.py: TFLite Micro's arena for a model with an op TFLM lacks is
 measured on the model with a stand-in op (the same tensors), and the report says so; the
-C++ messages that say which op is missing are captured, not lost. (TFLM itself is the
+C++ messages that say which op is missing are captured, not lost; the int8-input variant
+of a model (its input's QUANTIZE folded out) takes the quantized input and gives the same
+outputs. (TFLM itself is the
 bench extra, dev builds only, not installed for the tests: the stand-in is checked on
 LiteRT, which runs both ops.)"""
 
@@ -82,3 +84,54 @@ def test_c_output_captures_what_native_code_prints_and_the_exception():
     assert len(text) == len("Didn't find op for builtin opcode 'RELU_0_TO_1'\n") + 200_000
     assert c_runtime._c_output(lambda: 7) == (7, "")
 
+
+
+def _quantize_dequantize_model(path) -> None:
+    """float32 [1, 4] -> QUANTIZE (scale 0.5, zero point 3) -> int8 -> DEQUANTIZE -> float32"""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as s
+
+    def tensor(name: bytes, kind: int, buf: int, q: bool = False):
+        t = s.TensorT()
+        t.shape, t.type, t.buffer, t.name = [1, 4], kind, buf, name
+        if q:
+            t.quantization = s.QuantizationParametersT()
+            t.quantization.scale, t.quantization.zeroPoint = [0.5], [3]
+        return t
+
+    def code(op: str):
+        c = s.OperatorCodeT()
+        c.builtinCode = c.deprecatedBuiltinCode = getattr(s.BuiltinOperator, op)
+        c.version = 1
+        return c
+
+    def node(k: int, i: int, o: int):
+        n = s.OperatorT()
+        n.opcodeIndex, n.inputs, n.outputs = k, [i], [o]
+        return n
+
+    graph = s.SubGraphT()
+    graph.tensors = [tensor(b"x", s.TensorType.FLOAT32, 1),
+                     tensor(b"q", s.TensorType.INT8, 2, q=True),
+                     tensor(b"y", s.TensorType.FLOAT32, 3)]
+    graph.inputs, graph.outputs = [0], [2]
+    graph.operators = [node(0, 0, 1), node(1, 1, 2)]
+    model = s.ModelT()
+    model.version, model.operatorCodes = 3, [code("QUANTIZE"), code("DEQUANTIZE")]
+    model.subgraphs, model.buffers = [graph], [s.BufferT() for _ in range(4)]
+    b = flatbuffers.Builder(1024)
+    b.Finish(model.Pack(b), file_identifier=b"TFL3")
+    path.write_bytes(bytes(b.Output()))
+
+
+def test_int8_input_variant_takes_the_quantized_input(tmp_path):
+    src, dst = tmp_path / "qdq.tflite", tmp_path / "int8_input.tflite"
+    _quantize_dequantize_model(src)
+    x = np.array([[-1.0, 0.25, 2.0, 100.0]], np.float32)
+    want = _run(src, x)  # q = clamp(round(x / 0.5) + 3): 1, 3, 7, 127 -> (q - 3) * 0.5
+    np.testing.assert_array_equal(want, [[-1.0, 0.0, 2.0, 62.0]])
+    assert c_runtime.tflite_int8_input(src, dst)
+    np.testing.assert_array_equal(_run(dst, np.array([[1, 3, 7, 127]], np.int8)), want)
+    # no quantized float input left: nothing to fold, no file
+    again = tmp_path / "again.tflite"
+    assert not c_runtime.tflite_int8_input(dst, again) and not again.exists()
