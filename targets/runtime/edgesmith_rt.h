@@ -523,7 +523,8 @@ void es_conv2d_i8_dot_add(const int8_t *x, const int8_t *w8, const int32_t *bias
  * (lower/kernels.py stem_i8_scratch mirrors it). */
 #define ES_STEM_ROWS(OH, OW) ((OH) < 256 / (OW) ? (OH) : (256 / (OW) > 1 ? 256 / (OW) : 1))
 #define ES_STEM_NP(OH, OW) (ES_DOT_CEIL(ES_STEM_ROWS(OH, OW) * (OW), 32) * 32)
-#define ES_STEM_WINDOW(OH, OW, KH, SH, DH) ((ES_STEM_ROWS(OH, OW) - 1) * (SH) + ((KH) - 1) * (DH) + 1)
+#define ES_STEM_WINDOW(OH, OW, KH, SH, DH)                                                   \
+    ((ES_STEM_ROWS(OH, OW) - 1) * (SH) + ((KH) - 1) * (DH) + 1)
 #define ES_I8_STEM_SCRATCH(C, OH, OW, KH, KW, SH, SW, DH, DW)                                 \
     (4u * (size_t)ES_DOT_CEIL((C) * (KH) * (KW), 4) * (size_t)ES_STEM_NP(OH, OW) +           \
      (size_t)(C) * (size_t)ES_STEM_WINDOW(OH, OW, KH, SH, DH) * (size_t)(SW) *               \

@@ -850,14 +850,14 @@ void es_conv2d_i8_dot_add(const int8_t *x, const int8_t *w8, const int32_t *bias
  * rows[c][r][ph][q] = x[c][r - PT][q * SW + ph - PL], or x_zp where that is padding. Tap
  * (c, kh, kw) of output row oh is then the contiguous bytes from rows[c][oh * SH + kh * DH]
  * [kw * DW % SW][kw * DW / SW], one per output column. Only the rows one block of output
- * rows reads are kept (ES_STEM_WINDOW: 9 of ResNet-18's 229, 4 of MobileNetV2-224's 225):
+ * rows reads are kept (ES_STEM_WINDOW: 9 of ResNet-18's 229, 5 of MobileNetV2-224's 225):
  * the rows a block shares with the one before move to the window's front and the others
  * are made from x, so no step holds a second copy of the input (ResNet-18-224's stem
- * scratch 190 KB -> 44 KB, and its step the arena's peak). Per output row, four such tap rows
- * interleave into one row of words of the im2col block col[K4][NP] (the quads_row of the
- * quad planes above, +128 included), R output rows side by side (about 256 pixels), and the
- * same 8 x 32 micro-kernel as the direct walk multiplies it: 16 output pixels per vector,
- * stored straight into each channel's rows. */
+ * scratch 191,391 -> 39,591 B, at the step that was its arena's peak). Per output row,
+ * four such tap rows interleave into one row of words of the im2col block col[K4][NP] (the
+ * quads_row of the quad planes above, +128 included), R output rows side by side (about 256
+ * pixels), and the same 8 x 32 micro-kernel as the direct walk multiplies it: 16 output
+ * pixels per vector, stored straight into each channel's rows. */
 
 /* padded input rows r0 .. r1 - 1 dealt by column phase (see above), row r into slot r - base
  * of each channel's NW slots; rowbuf holds one padded row */
