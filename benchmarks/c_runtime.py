@@ -184,23 +184,22 @@ TFLM_STAND_INS = {"RELU_0_TO_1": "RELU6"}
 def tflite_stand_ins(src: Path, dst: Path, subs: dict[str, str]) -> dict[str, str]:
     """Write ``src`` to ``dst`` with each operator code named in ``subs`` replaced by its
     stand-in (version 1); returns the replacements made ({} and no file when none)."""
-    import flatbuffers
     from ai_edge_litert import schema_py_generated as schema
+
+    from edgesmith.convert.runtime_compat import builtin_code, tflite_model, write_tflite
 
     codes = {k: v for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
     names = {v: k for k, v in codes.items()}
-    model = schema.ModelT.InitFromPackedBuf(bytearray(Path(src).read_bytes()), 0)
+    model = tflite_model(src)
     done = {}
     for oc in model.operatorCodes or []:
-        name = names.get(max(int(oc.builtinCode or 0), int(oc.deprecatedBuiltinCode or 0)))
+        name = names.get(builtin_code(oc))
         if name in subs and not oc.customCode:
             oc.builtinCode = oc.deprecatedBuiltinCode = codes[subs[name]]
             oc.version = 1
             done[name] = subs[name]
     if done:
-        b = flatbuffers.Builder(1024)
-        b.Finish(model.Pack(b), file_identifier=b"TFL3")
-        Path(dst).write_bytes(bytes(b.Output()))
+        write_tflite(model, dst)
     return done
 
 
@@ -495,27 +494,26 @@ def tflite_int8_input(src: Path, dst: Path) -> bool:
     that QUANTIZE's int8 output, and the float tensor left over shrinks to one element
     (tensor indices stay as they are). The counterpart of the C option ``input: int8``,
     for TFLite Micro's arena; False and no file when no input is quantized so."""
-    import flatbuffers
     from ai_edge_litert import schema_py_generated as schema
 
-    model = schema.ModelT.InitFromPackedBuf(bytearray(Path(src).read_bytes()), 0)
-    codes = [max(int(oc.builtinCode or 0), int(oc.deprecatedBuiltinCode or 0))
-             for oc in model.operatorCodes or []]
+    from edgesmith.convert.runtime_compat import builtin_code, tflite_model, write_tflite
+
+    model = tflite_model(src)
+    codes = [builtin_code(oc) for oc in model.operatorCodes or []]
     g = model.subgraphs[0]
     folded = False
     for k, op in reversed(list(enumerate(g.operators))):
         x = int(op.inputs[0])
-        readers = [o for o in g.operators if x in list(o.inputs)]
-        if (codes[op.opcodeIndex] == schema.BuiltinOperator.QUANTIZE and len(readers) == 1
-                and x in list(g.inputs) and g.tensors[x].type == schema.TensorType.FLOAT32):
-            g.inputs[list(g.inputs).index(x)] = op.outputs[0]
-            g.tensors[x].shape, g.tensors[x].shapeSignature = [1], None
-            del g.operators[k]
-            folded = True
+        if (codes[op.opcodeIndex] != schema.BuiltinOperator.QUANTIZE or x not in list(g.inputs)
+                or g.tensors[x].type != schema.TensorType.FLOAT32
+                or sum(x in list(o.inputs) for o in g.operators) != 1):
+            continue
+        g.inputs[list(g.inputs).index(x)] = op.outputs[0]
+        g.tensors[x].shape, g.tensors[x].shapeSignature = [1], None
+        del g.operators[k]
+        folded = True
     if folded:
-        b = flatbuffers.Builder(1024)
-        b.Finish(model.Pack(b), file_identifier=b"TFL3")
-        Path(dst).write_bytes(bytes(b.Output()))
+        write_tflite(model, dst)
     return folded
 
 
@@ -529,18 +527,20 @@ def _tflm_arena_of(tfl: Path) -> dict:
         from tflite_micro.python.tflite_micro import runtime
     except ImportError:
         return {"skipped": "tflite-micro not installed (pip install -e '.[bench]')"}
-    it, text = _c_output(lambda: runtime.Interpreter.from_file(str(tfl)))
+    def load(path: Path):  # (interpreter or its exception, TFLM's lines about ops)
+        it, text = _c_output(lambda: runtime.Interpreter.from_file(str(path)))
+        return it, " ".join(ln for ln in text.splitlines() if "op" in ln.lower())[:200]
+
+    it, why = load(tfl)
     if not isinstance(it, Exception):
         return _tflm_arena(it)
-    why = " ".join(line for line in text.splitlines() if "op" in line.lower())[:200]
     stand = tfl.with_name(tfl.stem + "_tflm_stand_ins.tflite")
     subs = tflite_stand_ins(tfl, stand, TFLM_STAND_INS)
     if subs:  # an op TFLM lacks, with a stand-in that leaves the arena as it is
-        it2, text2 = _c_output(lambda: runtime.Interpreter.from_file(str(stand)))
+        it2, why2 = load(stand)
         if not isinstance(it2, Exception):
             return {**_tflm_arena(it2), "stand_ins": subs, "as_is": why or str(it)}
-        why = " ".join(line for line in text2.splitlines() if "op" in line.lower())[:200]
-        it = it2
+        it, why = it2, why2
     # an op TFLM lacks and no stand-in: a skip, not a figure
     return {"skipped": f"TFLite Micro: {type(it).__name__}: {it}; {why}"[:300]}
 

@@ -139,14 +139,33 @@ def _schema():
     return schema
 
 
+def builtin_code(oc) -> int:
+    """An operator code's builtin: codes past 127 sit in ``builtinCode`` with the int8
+    ``deprecatedBuiltinCode`` at 127, older files have only the latter."""
+    return max(int(oc.builtinCode or 0), int(oc.deprecatedBuiltinCode or 0))
+
+
+def tflite_model(path: Path):
+    """The .tflite at ``path`` as the schema's object tree (ModelT), for reading or editing."""
+    return _schema().ModelT.InitFromPackedBuf(bytearray(Path(path).read_bytes()), 0)
+
+
+def write_tflite(model, dst: Path) -> None:
+    """Pack a ModelT (edited or not) into a .tflite file."""
+    import flatbuffers
+
+    b = flatbuffers.Builder(1024)
+    b.Finish(model.Pack(b), file_identifier=b"TFL3")
+    Path(dst).write_bytes(bytes(b.Output()))
+
+
 def tflite_opcodes(path: Path) -> list[tuple[str, int, int]]:
     """(builtin name, builtin code, version) of each operator code; custom ops left out."""
     schema = _schema()
-    model = schema.ModelT.InitFromPackedBuf(bytearray(Path(path).read_bytes()), 0)
     names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
     out = []
-    for oc in model.operatorCodes or []:
-        code = max(int(oc.builtinCode or 0), int(oc.deprecatedBuiltinCode or 0))
+    for oc in tflite_model(path).operatorCodes or []:
+        code = builtin_code(oc)
         if oc.customCode:
             continue
         out.append((names.get(code, f"BUILTIN_{code}"), code, int(oc.version or 1)))
@@ -156,16 +175,11 @@ def tflite_opcodes(path: Path) -> list[tuple[str, int, int]]:
 def set_tflite_versions(src: Path, dst: Path, versions: dict[int, int]) -> None:
     """Write ``src`` with operator code i at ``versions[i]`` (all others unchanged):
     the probe's variants, and how tests make a model with a too-new op version."""
-    import flatbuffers
-
-    schema = _schema()
-    model = schema.ModelT.InitFromPackedBuf(bytearray(Path(src).read_bytes()), 0)
+    model = tflite_model(src)
     for i, oc in enumerate(model.operatorCodes or []):
         if i in versions:
             oc.version = versions[i]
-    b = flatbuffers.Builder(1024)
-    b.Finish(model.Pack(b), file_identifier=b"TFL3")
-    Path(dst).write_bytes(bytes(b.Output()))
+    write_tflite(model, dst)
 
 
 def _tflite(path: Path, env: runtime_env.RuntimeEnv) -> list[Finding]:
@@ -368,7 +382,7 @@ def tflite_output_lsb(path: Path) -> float | None:
     tensor, else (float I/O around an INT8 body) the scale of the tensor its DEQUANTIZE
     reads. None for a float model. One LSB of it is how far two runtimes may differ."""
     schema = _schema()
-    model = schema.ModelT.InitFromPackedBuf(bytearray(Path(path).read_bytes()), 0)
+    model = tflite_model(path)
     sub = model.subgraphs[0]
     out = int(sub.outputs[0])
     scale = _scale(sub.tensors[out])
@@ -376,8 +390,7 @@ def tflite_output_lsb(path: Path) -> float | None:
         return scale
     codes = model.operatorCodes or []
     for op in sub.operators or []:
-        oc = codes[op.opcodeIndex]
-        code = max(int(oc.builtinCode or 0), int(oc.deprecatedBuiltinCode or 0))
+        code = builtin_code(codes[op.opcodeIndex])
         if out in list(op.outputs) and code == schema.BuiltinOperator.DEQUANTIZE:
             return _scale(sub.tensors[int(op.inputs[0])])
     return None

@@ -19,32 +19,48 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import c_runtime  # noqa: E402
 
 
-def _one_op_model(path, op: str) -> None:
-    """A float32 [1, 4] -> [1, 4] .tflite of one built-in element-wise ``op``, written with
-    the schema's object API (no converter: the op is the point)."""
-    import flatbuffers
+def _chain_model(path, ops: list[str], kinds: list[str], quantized: int | None = None) -> None:
+    """A .tflite of [1, 4] tensors t0 -> ops[0] -> t1 -> ops[1] -> ..., tensor i of type
+    kinds[i] ("FLOAT32", "INT8"), tensor ``quantized`` with scale 0.5 and zero point 3;
+    written with the schema's object API (no converter: the ops are the point)."""
     from ai_edge_litert import schema_py_generated as s
 
-    def tensor(name: bytes, buf: int):
+    from edgesmith.convert.runtime_compat import write_tflite
+
+    def tensor(i: int):
         t = s.TensorT()
-        t.shape, t.type, t.buffer, t.name = [1, 4], s.TensorType.FLOAT32, buf, name
+        t.shape, t.type, t.buffer = [1, 4], getattr(s.TensorType, kinds[i]), i + 1
+        t.name = f"t{i}".encode()
+        if i == quantized:
+            t.quantization = s.QuantizationParametersT()
+            t.quantization.scale, t.quantization.zeroPoint = [0.5], [3]
         return t
 
-    code = s.OperatorCodeT()
-    code.builtinCode = getattr(s.BuiltinOperator, op)
-    code.deprecatedBuiltinCode = min(code.builtinCode, 127)  # 127: "see builtinCode"
-    code.version = 1
-    node = s.OperatorT()
-    node.opcodeIndex, node.inputs, node.outputs = 0, [0], [1]
+    def code(op: str):
+        c = s.OperatorCodeT()
+        c.builtinCode = getattr(s.BuiltinOperator, op)
+        c.deprecatedBuiltinCode = min(c.builtinCode, 127)  # 127: "see builtinCode"
+        c.version = 1
+        return c
+
+    def node(k: int):
+        n = s.OperatorT()
+        n.opcodeIndex, n.inputs, n.outputs = k, [k], [k + 1]
+        return n
+
     graph = s.SubGraphT()
-    graph.tensors = [tensor(b"x", 1), tensor(b"y", 2)]
-    graph.inputs, graph.outputs, graph.operators = [0], [1], [node]
+    graph.tensors = [tensor(i) for i in range(len(ops) + 1)]
+    graph.inputs, graph.outputs = [0], [len(ops)]
+    graph.operators = [node(k) for k in range(len(ops))]
     model = s.ModelT()
-    model.version, model.operatorCodes, model.subgraphs = 3, [code], [graph]
-    model.buffers = [s.BufferT() for _ in range(3)]
-    b = flatbuffers.Builder(1024)
-    b.Finish(model.Pack(b), file_identifier=b"TFL3")
-    path.write_bytes(bytes(b.Output()))
+    model.version, model.operatorCodes = 3, [code(op) for op in ops]
+    model.subgraphs, model.buffers = [graph], [s.BufferT() for _ in range(len(ops) + 2)]
+    write_tflite(model, path)
+
+
+def _one_op_model(path, op: str) -> None:
+    """A float32 [1, 4] -> [1, 4] .tflite of one built-in element-wise ``op``."""
+    _chain_model(path, [op], ["FLOAT32", "FLOAT32"])
 
 
 def _run(path, x: np.ndarray) -> np.ndarray:
@@ -88,40 +104,7 @@ def test_c_output_captures_what_native_code_prints_and_the_exception():
 
 def _quantize_dequantize_model(path) -> None:
     """float32 [1, 4] -> QUANTIZE (scale 0.5, zero point 3) -> int8 -> DEQUANTIZE -> float32"""
-    import flatbuffers
-    from ai_edge_litert import schema_py_generated as s
-
-    def tensor(name: bytes, kind: int, buf: int, q: bool = False):
-        t = s.TensorT()
-        t.shape, t.type, t.buffer, t.name = [1, 4], kind, buf, name
-        if q:
-            t.quantization = s.QuantizationParametersT()
-            t.quantization.scale, t.quantization.zeroPoint = [0.5], [3]
-        return t
-
-    def code(op: str):
-        c = s.OperatorCodeT()
-        c.builtinCode = c.deprecatedBuiltinCode = getattr(s.BuiltinOperator, op)
-        c.version = 1
-        return c
-
-    def node(k: int, i: int, o: int):
-        n = s.OperatorT()
-        n.opcodeIndex, n.inputs, n.outputs = k, [i], [o]
-        return n
-
-    graph = s.SubGraphT()
-    graph.tensors = [tensor(b"x", s.TensorType.FLOAT32, 1),
-                     tensor(b"q", s.TensorType.INT8, 2, q=True),
-                     tensor(b"y", s.TensorType.FLOAT32, 3)]
-    graph.inputs, graph.outputs = [0], [2]
-    graph.operators = [node(0, 0, 1), node(1, 1, 2)]
-    model = s.ModelT()
-    model.version, model.operatorCodes = 3, [code("QUANTIZE"), code("DEQUANTIZE")]
-    model.subgraphs, model.buffers = [graph], [s.BufferT() for _ in range(4)]
-    b = flatbuffers.Builder(1024)
-    b.Finish(model.Pack(b), file_identifier=b"TFL3")
-    path.write_bytes(bytes(b.Output()))
+    _chain_model(path, ["QUANTIZE", "DEQUANTIZE"], ["FLOAT32", "INT8", "FLOAT32"], quantized=1)
 
 
 def test_int8_input_variant_takes_the_quantized_input(tmp_path):

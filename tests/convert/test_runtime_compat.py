@@ -100,8 +100,9 @@ def _layer_at_opset(xml: Path, layer_type: str, version: int) -> str:
 def fully_connected_tflite(path: Path, version: int = 1) -> Path:
     """A one-op float model (y = x @ W.T + b, 8 -> 4) written through the TFLite schema's
     object API: seconds faster than importing TensorFlow to convert one."""
-    import flatbuffers
     from ai_edge_litert import schema_py_generated as s
+
+    from edgesmith.convert.runtime_compat import write_tflite
 
     rng = np.random.default_rng(0)
     w = rng.standard_normal((4, 8)).astype(np.float32)
@@ -126,9 +127,7 @@ def fully_connected_tflite(path: Path, version: int = 1) -> Path:
     code.builtinCode, code.deprecatedBuiltinCode, code.version = FC, FC, version
     model = s.ModelT()
     model.version, model.operatorCodes, model.subgraphs, model.buffers = 3, [code], [sub], buffers
-    builder = flatbuffers.Builder(1024)
-    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-    path.write_bytes(bytes(builder.Output()))
+    write_tflite(model, path)
     return path
 
 
