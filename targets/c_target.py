@@ -50,7 +50,9 @@ class COptions(BaseModel):
     threads: int = Field(1, ge=1, le=64)
     # int8 builds: "int8" folds the input's QuantizeLinear out, the caller passes the input
     # quantized with model.h's ES_INPUT0_SCALE / _ZERO_POINT, as TFLite Micro's int8 models
-    # take it (int8_input.py): no float copy of the input in the arena
+    # take it (int8_input.py): no float copy of the input in the arena; "float_in_place"
+    # takes float and writes its int8 copy over the input's own slot, so the two are never
+    # live together, at the price of copying the input in again before each run
     input: InputOption = "float"
 
     @field_validator("threads")

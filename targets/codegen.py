@@ -25,8 +25,8 @@ from edgesmith.errors import ConversionError
 
 from . import weights as wts
 from .c_text import _comment, _fields, _wrap, c_float, c_string
-from .graph import Call, Graph, Ref, c_ident
-from .int8_input import fold_input_quantize
+from .graph import MAX_BOUND_INPUTS, Call, Graph, Ref, c_ident
+from .int8_input import consume_inputs, fold_input_quantize
 from .planner import Plan, render_plan
 from .threads import DEFAULT_MIN_MACS, Split, prune
 from .threads import apply as threads_pass
@@ -42,7 +42,6 @@ CORE_SOURCES = ["edgesmith_rt.h", "es_fp_exact.h", "es_simd.h", "es_lanes.h", "e
 PREPROCESS_SOURCES = ["es_preprocess.h", "es_preprocess.c"]
 # the worker pool, when options: {threads: N > 1} (threads.py)
 THREADS_SOURCES = ["es_threads.h", "es_threads.c"]
-MAX_BOUND_INPUTS = 8  # edgesmith_rt.h's ES_MAX_BOUND_INPUTS: es_model's input pointers
 
 
 @dataclass
@@ -269,6 +268,11 @@ def _model_h(g: Graph, plan: Plan, wl: wts.WeightsLayout, embedded: bool, name: 
             lines.append(f"#define ES_{kind}{i}_ELEMS {t.size}u")
             lines.append(f"#define ES_{kind}{i}_BYTES {t.nbytes}u")
             lines.append(f"/* {kind.lower()} {i}: {t.ctype} {list(t.shape)} */")
+            if kind == "INPUT" and n in plan.consumed:  # int8_input.py: float_in_place
+                lines += [f"/* input {i} is consumed by a run: its int8 copy is written over "
+                          "its arena slot, so copy it in again (es_input, es_input_ptr) "
+                          "before each run, or bind it (es_bind_input) */",
+                          f"#define ES_INPUT{i}_CONSUMED 1"]
             if kind == "INPUT" and t.dtype == "i8" and t.scale is not None:  # int8_input.py
                 lines += [f"#define ES_INPUT{i}_SCALE {c_float(float(t.scale[0]))}",
                           f"#define ES_INPUT{i}_ZERO_POINT {t.zero_point}"]
@@ -330,6 +334,8 @@ _API_H = [
     " * an input that is also an output (its output is its arena slot) or past the first",
     " * ES_MAX_BOUND_INPUTS. */",
     "int es_bind_input(es_model *m, int index, const void *data, size_t nbytes);",
+    "/* Run the model. ES_ERR_INPUT_SPENT: an input a run consumes (ES_INPUT<i>_CONSUMED)",
+    " * was neither copied in (es_input, es_input_ptr) since the last run nor bound. */",
     "int es_run(es_model *m, const es_hooks *hooks);",
     "/* Run at most max_steps steps; ES_MORE while steps remain, ES_OK when done. */",
     "int es_run_slice(es_model *m, int max_steps, const es_hooks *hooks);",
@@ -339,6 +345,7 @@ _API_H = [
     " * one step of the model (es_run and es_run_slice call it; not for applications) */",
     "extern const uint32_t es_input_offsets[], es_output_offsets[];",
     "extern const unsigned char es_input_bindable[]; /* es_bind_input may bind it */",
+    "extern const unsigned char es_input_consumed[]; /* a run overwrites its arena slot */",
     "void es_run_step(es_model *m, int index);",
     "", "#ifdef __cplusplus", "}", "#endif", "#endif /* ES_MODEL_H */", ""]
 
@@ -356,6 +363,7 @@ def _plan_tables(g: Graph, plan: Plan, wl: wts.WeightsLayout) -> str:
     ins = ", ".join(str(plan.offsets[n]) + "u" for n in g.inputs) or "0u"
     outs = ", ".join(str(plan.offsets[n]) + "u" for n in g.outputs) or "0u"
     bind = ", ".join(str(int(_bindable(g, i))) for i in range(len(g.inputs))) or "0"
+    spent = ", ".join(str(int(n in plan.consumed)) for n in g.inputs) or "0"
     in_b = ", ".join(f"ES_INPUT{i}_BYTES" for i in range(len(g.inputs))) or "0u"
     out_b = ", ".join(f"ES_OUTPUT{i}_BYTES" for i in range(len(g.outputs))) or "0u"
     return f"""/* ---- memory plan: {len(g.tensors)} tensors; arena {plan.arena_bytes} B
@@ -368,6 +376,7 @@ const int es_num_tensors = (int)(sizeof es_tensors / sizeof es_tensors[0]);
 
 const uint32_t es_input_offsets[] = {{{ins}}};
 const unsigned char es_input_bindable[] = {{{bind}}};
+const unsigned char es_input_consumed[] = {{{spent}}};
 const uint32_t es_output_offsets[] = {{{outs}}};
 const uint32_t es_input_bytes[] = {{{in_b}}};
 const uint32_t es_output_bytes[] = {{{out_b}}};
@@ -602,7 +611,8 @@ def from_onnx(onnx_path: Path, out_dir: Path, *, precision: str = "fp32", embedd
     ir.lower's; ``power`` becomes model.h's ES_POWER_* defaults, ``preprocess`` (the
     profile's block) its ES_PREPROCESS_SPEC; ``threads`` > 1 splits the heavy steps of at
     least ``split_min_macs`` MACs (threads.py's default when None) over a worker pool;
-    ``input`` "int8": the model takes its input quantized (int8_input.py)."""
+    ``input`` "int8": the model takes its input quantized, "float_in_place": a run
+    quantizes its float input over the input's own arena slot (int8_input.py)."""
     from .ir import lower
     from .isa import macros
     from .planner import plan as make_plan
@@ -611,6 +621,8 @@ def from_onnx(onnx_path: Path, out_dir: Path, *, precision: str = "fp32", embedd
                                            else cflags), requant)
     if input == "int8":  # the caller passes the quantized input (int8_input.py)
         g = fold_input_quantize(g)
+    elif input == "float_in_place":  # its int8 copy goes over the input's slot
+        g = consume_inputs(g)
     splits = threads_pass(g, threads, DEFAULT_MIN_MACS if split_min_macs is None
                           else split_min_macs)  # before the plan: scratch per thread
     p = make_plan(g, alignment=alignment)

@@ -22,6 +22,10 @@ DTYPES = {"f32": (np.float32, "float"), "i8": (np.int8, "int8_t"), "i32": (np.in
           "u8": (np.uint8, "uint8_t"), "i64": (np.int64, "int64_t")}
 
 
+# edgesmith_rt.h's ES_MAX_BOUND_INPUTS: the input pointers (and flags) es_model holds
+MAX_BOUND_INPUTS = 8
+
+
 @dataclass
 class Tensor:
     name: str
@@ -108,6 +112,9 @@ class Graph:
     output_names: list[str]
     precision: str = "fp32"
     model_id: int = 0  # 32-bit id tying weights.bin to the generated code
+    # inputs a run may overwrite: their QuantizeLinear writes the int8 copy over the float
+    # input's own arena slot (C option input: float_in_place, int8_input.py)
+    consumed: tuple[str, ...] = ()
 
     def consts(self) -> list[Tensor]:
         return [t for t in self.tensors.values() if t.kind == "const"]

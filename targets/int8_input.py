@@ -14,6 +14,17 @@ input, the caller passes int8 values quantized with the scale and zero point mod
 states (ES_INPUT<i>_SCALE, ES_INPUT<i>_ZERO_POINT: q = clamp(rint(x / scale) + zp)), and
 the arena holds that int8 input as TFLM's does; no float copy exists anywhere in the
 model's RAM. Outputs are unchanged.
+
+With ``input: float_in_place`` the caller still passes float32, and the QuantizeLinear
+writes the int8 copy over the float input's own arena slot (es_quantize_f32_i8 reads
+element i before it writes byte i, and byte i lies below element i's four): the slot
+holds the float input up to that step and the int8 copy's bytes after it, and the planner
+(``Graph.consumed``, a buffer that shrinks) gives the rest of the slot to later tensors.
+The two never live side by side, which is where the tensor-level bound of a net whose
+peak is its first step sits (MobileNetV3-small-224: 602,112 + 150,528 B). The price is
+the input itself: a run consumes an input copied in with es_input or written through
+es_input_ptr, and a second run needs it copied in again (ES_ERR_INPUT_SPENT otherwise).
+An input bound with es_bind_input is only read, as always, and runs any number of times.
 """
 
 from __future__ import annotations
@@ -27,13 +38,13 @@ import numpy as np
 
 from edgesmith.errors import UsageError
 
-from .graph import Graph, Ref, Step
+from .graph import MAX_BOUND_INPUTS, Graph, Ref, Step
 
-InputOption = Literal["float", "int8"]
+InputOption = Literal["float", "int8", "float_in_place"]
 QUANTIZE = "es_quantize_f32_i8"
 
 
-def _quantizer(g: Graph, name: str) -> Step | None:
+def quantizer(g: Graph, name: str) -> Step | None:
     """The one step reading input ``name``, when it is a whole-tensor QuantizeLinear."""
     readers = [st for st in g.steps if name in st.inputs]
     if len(readers) != 1 or name in g.outputs:
@@ -61,7 +72,7 @@ def fold_input_quantize(g: Graph) -> Graph:
                              "with precision int8")
     tensors, steps, inputs = dict(g.tensors), list(g.steps), list(g.inputs)
     for i, name in enumerate(g.inputs):
-        st = _quantizer(g, name)
+        st = quantizer(g, name)
         if st is None:
             continue
         _, _, _, scale, zp = st.calls[0].args
@@ -78,6 +89,27 @@ def fold_input_quantize(g: Graph) -> Graph:
             fix="set input: float (the default); input: int8 folds the input's "
                 "QuantizeLinear of a statically quantized model")
     return replace(g, tensors=tensors, steps=steps, inputs=inputs)
+
+
+def consume_inputs(g: Graph) -> Graph:
+    """``g`` with each float input that a QuantizeLinear of its own reads marked consumed:
+    the planner puts the int8 copy over the input's slot. Refused (UsageError) as
+    ``fold_input_quantize`` is: a float build, or no input quantized by a step of its own.
+    Inputs past the ES_MAX_BOUND_INPUTS the model object tracks stay as they are."""
+    if g.precision != "int8":
+        raise UsageError("c option input: float_in_place needs an int8 build; this one is "
+                         f"{g.precision}", where="options.input",
+                         fix="set input: float (the default) for a float build, or build "
+                             "with precision int8")
+    consumed = tuple(n for n in g.inputs[:MAX_BOUND_INPUTS] if quantizer(g, n) is not None)
+    if not consumed:
+        raise UsageError(
+            "c option input: float_in_place: no model input is quantized by a "
+            f"QuantizeLinear of its own (inputs {', '.join(g.input_names)})",
+            where="options.input",
+            fix="set input: float (the default); input: float_in_place quantizes the input "
+                "of a statically quantized model over its own slot")
+    return replace(g, consumed=consumed)
 
 
 def quantize(x: np.ndarray, scale: float, zero_point: int) -> np.ndarray:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from edgesmith.errors import ConversionError
 
 from .graph import Graph
+from .int8_input import quantizer
 
 
 @dataclass(frozen=True)
@@ -27,9 +28,29 @@ class Interval:
     start: int  # first step index that needs the buffer
     end: int  # last step index that needs it (inclusive)
     size: int  # bytes, already aligned
+    # a buffer that shrinks: from step keep_from on only its first ``keep`` bytes stay live
+    # (an input quantized over its own slot: the float input, then its int8 copy)
+    keep: int = 0
+    keep_from: int | None = None
 
     def overlaps(self, other: Interval) -> bool:
         return self.start <= other.end and other.start <= self.end
+
+    def live_bytes(self, step: int) -> int:
+        """Bytes live at ``step`` (0 outside the buffer's life)."""
+        if not self.start <= step <= self.end:
+            return 0
+        return self.keep if self.keep_from is not None and step >= self.keep_from \
+            else self.size
+
+    def bytes_during(self, other: Interval) -> int:
+        """The most bytes this buffer holds at any step ``other`` is live: all of them
+        while its wide part overlaps ``other``, then only the kept prefix."""
+        if not self.overlaps(other):
+            return 0
+        if self.keep_from is None or other.start < self.keep_from:
+            return self.size
+        return self.keep
 
 
 @dataclass
@@ -47,6 +68,9 @@ class Plan:
     members: dict[str, list[str]] = field(default_factory=dict)
     # patch-based execution of the leading conv chain (tiling_search.apply), when asked or needed
     tiling: dict[str, object] | None = None
+    # inputs whose int8 copy the plan puts over their own slot (Graph.consumed, where the
+    # input's QuantizeLinear is a step of its own): a run overwrites them
+    consumed: list[str] = field(default_factory=list)
 
     @property
     def efficiency(self) -> float:
@@ -57,6 +81,7 @@ class Plan:
                 "naive_bytes": self.naive_bytes, "efficiency": round(self.efficiency, 4),
                 "strategy": self.strategy, "alignment": self.alignment,
                 "inplace_steps": len(self.inplace),
+                **({"consumed_inputs": len(self.consumed)} if self.consumed else {}),
                 **({"tiling": self.tiling} if self.tiling else {})}
 
 
@@ -67,10 +92,16 @@ def align(n: int, a: int) -> int:
 # -- placement on intervals ---------------------------------------------------------------
 def _lowest_fit(iv: Interval, placed: list[tuple[Interval, int]]) -> int:
     """Lowest offset where ``iv`` fits between the placed buffers it conflicts with
-    (best fit: the smallest gap that holds it, else on top)."""
-    busy = sorted((off, off + p.size) for p, off in placed if p.overlaps(iv))
+    (best fit: the smallest gap that holds it, else on top). A shrinking buffer needs
+    different sizes against different neighbours, so it takes the lowest offset that
+    clears each of them."""
+    busy = sorted((off, off + p.bytes_during(iv), iv.bytes_during(p))
+                  for p, off in placed if p.overlaps(iv))
+    if any(need != iv.size for _, _, need in busy):
+        return min(o for o in {0, *(hi for _, hi, _ in busy)}
+                   if all(o + need <= lo or hi <= o for lo, hi, need in busy))
     best, best_gap, cur = None, None, 0
-    for lo, hi in busy:
+    for lo, hi, _ in busy:
         gap = lo - cur
         if gap >= iv.size and (best_gap is None or gap < best_gap):
             best, best_gap = cur, gap
@@ -109,9 +140,9 @@ def place(intervals: Sequence[Interval]) -> tuple[dict[str, int], int, str]:
 
 
 def lower_bound(intervals: Sequence[Interval]) -> int:
+    """The most bytes live at one step (live bytes only grow where a buffer starts)."""
     points = {i.start for i in intervals}
-    return max((sum(i.size for i in intervals if i.start <= p <= i.end) for p in points),
-               default=0)
+    return max((sum(i.live_bytes(p) for i in intervals) for p in points), default=0)
 
 
 def check(intervals: Sequence[Interval], offsets: dict[str, int]) -> None:
@@ -122,10 +153,11 @@ def check(intervals: Sequence[Interval], offsets: dict[str, int]) -> None:
         for b in ivs[a_i + 1:]:
             if a.overlaps(b):
                 oa, ob = offsets[a.name], offsets[b.name]
-                if oa < ob + b.size and ob < oa + a.size:
+                na, nb = a.bytes_during(b), b.bytes_during(a)
+                if oa < ob + nb and ob < oa + na:
                     raise ConversionError(
-                        f"memory plan: {a.name} [{oa}, {oa + a.size}) and {b.name} "
-                        f"[{ob}, {ob + b.size}) are live together and share bytes",
+                        f"memory plan: {a.name} [{oa}, {oa + na}) and {b.name} "
+                        f"[{ob}, {ob + nb}) are live together and share bytes",
                         where=f"{a.name}, {b.name}", fix="report a bug in the planner")
 
 
@@ -151,11 +183,19 @@ def lifetimes(g: Graph) -> tuple[dict[str, int], dict[str, int]]:
 
 def _inplace_groups(g: Graph, first: dict[str, int], last: dict[str, int]):
     """(tensor -> group root, root -> members, steps done in place): an element-wise
-    step's output takes over its input's buffer when the input dies there."""
+    step's output takes over its input's buffer when the input dies there, and so does
+    the int8 copy of an input the graph may consume (``Graph.consumed``), written by its
+    QuantizeLinear over the float input's own slot."""
     group = {t: t for t in first}
     members: dict[str, list[str]] = {t: [t] for t in first}
     done = []
     for i, st in enumerate(g.steps):
+        if st.inputs and st.inputs[0] in g.consumed and quantizer(g, st.inputs[0]) is st:
+            group[st.outputs[0]] = st.inputs[0]
+            members[st.inputs[0]].append(st.outputs[0])
+            del members[st.outputs[0]]
+            done.append(st.name)
+            continue
         if not st.inplace or not st.inputs or not st.outputs:
             continue
         src, dst = group[st.inputs[0]], st.outputs[0]
@@ -179,11 +219,19 @@ def plan(g: Graph, alignment: int = 64, inplace: bool = True) -> Plan:
         group, members, done_inplace = _inplace_groups(g, first, last)
     else:
         group, members, done_inplace = {t: t for t in first}, {t: [t] for t in first}, []
-    ivs = []
+    def nbytes(ms: list[str]) -> int:
+        return align(max(max(g.tensors[m].nbytes + g.tensors[m].slack for m in ms), 1),
+                     alignment)
+
+    ivs, consumed = [], []
     for root, ms in members.items():
-        size = max(g.tensors[m].nbytes + g.tensors[m].slack for m in ms)
-        ivs.append(Interval(root, min(first[m] for m in ms), max(last[m] for m in ms),
-                            align(max(size, 1), alignment)))
+        start, end = min(first[m] for m in ms), max(last[m] for m in ms)
+        if root in g.consumed and len(ms) > 1:  # the float input, then its int8 copy
+            ivs.append(Interval(root, start, end, nbytes(ms), keep=nbytes(ms[1:]),
+                                keep_from=last[root] + 1))
+            consumed.append(root)
+        else:
+            ivs.append(Interval(root, start, end, nbytes(ms)))
     for i, st in enumerate(g.steps):
         if st.scratch:
             ivs.append(Interval(f"__scratch_{i}", i, i, align(st.scratch, alignment)))
@@ -195,7 +243,7 @@ def plan(g: Graph, alignment: int = 64, inplace: bool = True) -> Plan:
         if st.scratch:
             full[f"__scratch_{i}"] = offsets[f"__scratch_{i}"]
     return Plan(full, arena, lower_bound(ivs), sum(iv.size for iv in ivs), strategy, alignment,
-                done_inplace, ivs, members)
+                done_inplace, ivs, members, consumed=consumed)
 
 
 # -- show the plan ---------------------------------------------------------------------------
@@ -217,8 +265,10 @@ def render_plan(p: Plan, g: Graph | None = None, width: int = 64) -> str:
     for k, iv in enumerate(ivs):
         marks[iv.name] = _MARKS[k % len(_MARKS)]
         holds = ", ".join(p.members.get(iv.name, [iv.name]))
+        shrinks = (f" (the first {iv.keep} B from step {iv.keep_from} on)"
+                   if iv.keep_from is not None else "")
         head.append(f"{marks[iv.name]:>4}  {p.offsets.get(iv.name, 0):>6}  {iv.size:>8}  "
-                    f"{iv.start:>4}-{iv.end:<4}  {holds}")
+                    f"{iv.start:>4}-{iv.end:<4}  {holds}{shrinks}")
     nsteps = max((iv.end for iv in ivs), default=-1) + 1
     names = [st.name for st in g.steps] + ["(outputs)"] if g is not None else []
     head += ["", f"step  0{'-' * (width - 2)}{arena} B"]
@@ -227,7 +277,8 @@ def render_plan(p: Plan, g: Graph | None = None, width: int = 64) -> str:
         for iv in ivs:
             if iv.start <= step <= iv.end:
                 lo = p.offsets.get(iv.name, 0) * width // arena
-                hi = max(lo + 1, -(-(p.offsets.get(iv.name, 0) + iv.size) * width // arena))
+                hi = max(lo + 1, -(-(p.offsets.get(iv.name, 0) + iv.live_bytes(step)) * width
+                                   // arena))
                 for c in range(lo, min(hi, width)):
                     row[c] = marks[iv.name]
         label = f"  {names[step]}" if step < len(names) else ""

@@ -32,6 +32,7 @@ extern "C" {
 #define ES_ERR_NOT_INIT (-11)
 #define ES_ERR_SIZE (-12)
 #define ES_ERR_UNAVAILABLE (-13)
+#define ES_ERR_INPUT_SPENT (-14) /* a run consumed the input (ES_INPUT<i>_CONSUMED) */
 
 const char *es_strerror(int code);
 
@@ -81,6 +82,9 @@ typedef struct {
     /* where the steps read each input: its slot in the arena (es_input copies there), or
      * the caller's own buffer (es_bind_input: no copy per run) */
     const unsigned char *input[ES_MAX_BOUND_INPUTS];
+    /* an input a run consumes (C option input: float_in_place) was copied into its slot
+     * since the last run began */
+    unsigned char input_fresh[ES_MAX_BOUND_INPUTS];
     int next_step; /* es_run_slice resumes here */
     int ready;
     void *pool; /* es_threads.c's workers (model.h's ES_THREADS > 1), else NULL */

@@ -26,6 +26,21 @@ static void unbind(es_model *m, int index) {
     if (index < ES_MAX_BOUND_INPUTS) m->input[index] = m->arena + es_input_offsets[index];
 }
 
+/* An input the build consumes (es_input_consumed: C option input: float_in_place) has
+ * its int8 copy written over its own arena slot by the run, so a run may start only on a
+ * slot filled since the last run began (es_input, es_input_ptr) or on a bound buffer,
+ * which the steps only read. The index is below ES_MAX_BOUND_INPUTS: the generator marks
+ * no other input consumed. Called where a run begins; it takes the fresh inputs. */
+static int take_inputs(es_model *m) {
+    int i;
+    for (i = 0; i < ES_NUM_INPUTS && i < ES_MAX_BOUND_INPUTS; ++i)
+        if (es_input_consumed[i] && m->input[i] == m->arena + es_input_offsets[i] &&
+            !m->input_fresh[i])
+            return ES_ERR_INPUT_SPENT;
+    for (i = 0; i < ES_NUM_INPUTS && i < ES_MAX_BOUND_INPUTS; ++i) m->input_fresh[i] = 0;
+    return ES_OK;
+}
+
 int es_init(es_model *m, void *arena, size_t arena_size, const char *weights_path) {
     int rc = ES_OK, i;
     if (!m || !arena) return ES_ERR_ARG;
@@ -79,6 +94,7 @@ int es_input(es_model *m, int index, const void *data, size_t nbytes) {
     if (nbytes != es_input_bytes[index]) return ES_ERR_SIZE;
     memcpy(m->arena + es_input_offsets[index], data, nbytes);
     unbind(m, index);
+    if (index < ES_MAX_BOUND_INPUTS) m->input_fresh[index] = 1;
     return ES_OK;
 }
 
@@ -100,6 +116,7 @@ int es_bind_input(es_model *m, int index, const void *data, size_t nbytes) {
 void *es_input_ptr(es_model *m, int index) {
     if (!m || !m->ready || index < 0 || index >= ES_NUM_INPUTS) return NULL;
     unbind(m, index); /* the caller writes the arena slot: the steps read it from there */
+    if (index < ES_MAX_BOUND_INPUTS) m->input_fresh[index] = 1;
     return m->arena + es_input_offsets[index];
 }
 
@@ -120,6 +137,10 @@ int es_run_slice(es_model *m, int max_steps, const es_hooks *hooks) {
     int n;
     if (!m || !m->ready) return ES_ERR_NOT_INIT;
     if (max_steps <= 0) return ES_ERR_ARG;
+    if (m->next_step == 0) {
+        const int rc = take_inputs(m);
+        if (rc != ES_OK) return rc;
+    }
     for (n = 0; n < max_steps && m->next_step < ES_NUM_STEPS; ++n) {
         const int i = m->next_step;
         uint64_t t0 = 0;

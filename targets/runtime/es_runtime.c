@@ -34,6 +34,8 @@ const char *es_strerror(int code) {
     case ES_ERR_NOT_INIT: return "model not initialised (es_init failed or not called)";
     case ES_ERR_SIZE: return "buffer size does not match the tensor";
     case ES_ERR_UNAVAILABLE: return "unavailable on this platform or without permission";
+    case ES_ERR_INPUT_SPENT:
+        return "the last run consumed the input; copy it in again (es_input)";
     default: return "unknown error";
     }
 }
