@@ -70,9 +70,12 @@ def mcu_estimate(spec: Any, options: Any, onnx_path: Path, samples: np.ndarray, 
     qdq = quantize_qdq(onnx_path, CalibrationSet(np.ascontiguousarray(samples)),
                        work / "mcu_qdq.onnx")
     folder = work / f"mcu-{spec.name}"
+    arena_kb = getattr(budgets, "arena_kb", None)
     codegen.from_onnx(qdq, folder, precision="int8", embedded=True,
                       deploy_cc=options.cross_cc, deploy_cflags=options.cross_cflags,
-                      requant=options.requant)
+                      requant=options.requant, tiling=options.tiling,
+                      arena_budget=int(arena_kb * 1024) if arena_kb else None,
+                      input=options.input)  # the arena the build will plan
     s = mcu_size.measure(folder, options.cross_cc, options.cross_cflags)
     return {"target": spec.name, "cc": f"{options.cross_cc} {options.cross_cflags}",
             **s.figures(), "model_kb": budgets.model_kb, "arena_kb": budgets.arena_kb}
