@@ -14,10 +14,11 @@ random data (fine for speed, meaningless for accuracy); the JSON says "trained" 
 (f32 forced), all on one thread, in alternating rounds; under each net's name the JSON
 keeps ratio_c_over_litert / _ort / _openvino as {int8, fp32}, the C int8 GMAC/s and its %
 of this CPU's measured int8 peak (benchmarks/int8_peak.c, built and run at the start and
-at the end), the int8 arena against TFLite Micro's (arena_int8; arena_int8_input with both
-taking the input quantized: C input: int8, the .tflite's input QUANTIZE folded out), and the
-five slowest C steps (edgesmith_bench --profile); a "geomean" block sums the ratios over the
-nets.
+at the end), the int8 arena against TFLite Micro's (arena_int8; arena_int8_in_place with the
+C option input: float_in_place, the int8 copy written over the float input; arena_int8_input
+with both taking the input quantized: C input: int8, the .tflite's input QUANTIZE folded
+out), and the five slowest C steps (edgesmith_bench --profile); a "geomean" block sums the
+ratios over the nets.
 
 The C / LiteRT ratio comes from alternating rounds (see _head_to_head): on a shared
 machine a single back-to-back pair can differ by 1.5x from one minute to the next.
@@ -591,13 +592,17 @@ def bench_net(item: str, work: Path, runs: int, rounds: int) -> dict:
         if prec == "int8":
             r["c_int8_gmac_per_s"] = round(c_gmac, 1)
             r["arena_int8"] = _arena_vs_tflm(gen.plan.arena_bytes, tfl)
-            # both taking the input quantized, as microcontroller deployments do: C option
-            # input: int8 (generated only, not built) against the int8-input .tflite
-            i8 = codegen.from_onnx(src, work / f"{name}_{size}_int8_input", precision=prec,
-                                   cflags="-O3 -march=native", input="int8")
+            # the C entry points that spare the float input's slot (int8_input.py; generated
+            # only, not built): input: float_in_place, its int8 copy written over the float
+            # input, against the same .tflite; input: int8, both taking the input quantized
+            # as microcontroller deployments do, against the int8-input .tflite
             t8 = tfl.with_name(tfl.stem + "_int8_input.tflite") if tfl else None
-            r["arena_int8_input"] = _arena_vs_tflm(
-                i8.plan.arena_bytes, t8 if t8 and tflite_int8_input(tfl, t8) else None)
+            for opt, other in (("float_in_place", tfl),
+                               ("int8", t8 if t8 and tflite_int8_input(tfl, t8) else None)):
+                c = codegen.from_onnx(src, work / f"{name}_{size}_int8_{opt}", precision=prec,
+                                      cflags="-O3 -march=native", input=opt)
+                key = "arena_int8_in_place" if opt == "float_in_place" else "arena_int8_input"
+                r[key] = _arena_vs_tflm(c.plan.arena_bytes, other)
     return r
 
 
