@@ -219,6 +219,7 @@ def plan(g: Graph, alignment: int = 64, inplace: bool = True) -> Plan:
         group, members, done_inplace = _inplace_groups(g, first, last)
     else:
         group, members, done_inplace = {t: t for t in first}, {t: [t] for t in first}, []
+
     def nbytes(ms: list[str]) -> int:
         return align(max(max(g.tensors[m].nbytes + g.tensors[m].slack for m in ms), 1),
                      alignment)
