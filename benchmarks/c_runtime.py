@@ -47,6 +47,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from edgesmith.convert.runtime_compat import (  # noqa: E402
+    builtin_code,
+    tflite_model,
+    write_tflite,
+)
 from edgesmith.targets import codegen, run  # noqa: E402
 from tests.targets._helpers import _load, _qdq, export  # noqa: E402
 
@@ -186,8 +191,6 @@ def tflite_stand_ins(src: Path, dst: Path, subs: dict[str, str]) -> dict[str, st
     """Write ``src`` to ``dst`` with each operator code named in ``subs`` replaced by its
     stand-in (version 1); returns the replacements made ({} and no file when none)."""
     from ai_edge_litert import schema_py_generated as schema
-
-    from edgesmith.convert.runtime_compat import builtin_code, tflite_model, write_tflite
 
     codes = {k: v for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
     names = {v: k for k, v in codes.items()}
@@ -497,8 +500,6 @@ def tflite_int8_input(src: Path, dst: Path) -> bool:
     for TFLite Micro's arena; False and no file when no input is quantized so."""
     from ai_edge_litert import schema_py_generated as schema
 
-    from edgesmith.convert.runtime_compat import builtin_code, tflite_model, write_tflite
-
     model = tflite_model(src)
     codes = [builtin_code(oc) for oc in model.operatorCodes or []]
     g = model.subgraphs[0]
@@ -597,11 +598,12 @@ def bench_net(item: str, work: Path, runs: int, rounds: int) -> dict:
             # input, against the same .tflite; input: int8, both taking the input quantized
             # as microcontroller deployments do, against the int8-input .tflite
             t8 = tfl.with_name(tfl.stem + "_int8_input.tflite") if tfl else None
-            for opt, other in (("float_in_place", tfl),
-                               ("int8", t8 if t8 and tflite_int8_input(tfl, t8) else None)):
+            for opt, key, other in (
+                    ("float_in_place", "arena_int8_in_place", tfl),
+                    ("int8", "arena_int8_input",
+                     t8 if t8 and tflite_int8_input(tfl, t8) else None)):
                 c = codegen.from_onnx(src, work / f"{name}_{size}_int8_{opt}", precision=prec,
                                       cflags="-O3 -march=native", input=opt)
-                key = "arena_int8_in_place" if opt == "float_in_place" else "arena_int8_input"
                 r[key] = _arena_vs_tflm(c.plan.arena_bytes, other)
     return r
 

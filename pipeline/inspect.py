@@ -14,6 +14,7 @@ from edgesmith.inputs import CalibrationSet
 from edgesmith.profiles import load as load_profile
 from edgesmith.profiles import resolve_path
 from edgesmith.targets import codegen, mcu_size
+from edgesmith.targets.c_target import arena_budget
 from edgesmith.targets.mcu_size import targets_mcu
 
 from . import data as data_mod
@@ -49,7 +50,7 @@ def inspect(model_ref: str, profile_ref: str, *, data: str | None = None,
         opt = optimize.optimize(raw, Path(work) / "model.onnx", samples)
         report = compat.check(opt.path, compat_targets(resolved))
         used = export.exported_opset(raw)
-        mcu = [mcu_estimate(spec, o, opt.path, samples, Path(work), profile.budgets)
+        mcu = [mcu_estimate(spec, o, opt.path, samples, Path(work), profile)
                for spec, o in resolved if _mcu_c_int8(spec, o)]
     return {"model": model_ref, "profile": profile.name, "opset": used,
             "optimize": opt.summary(), **report.to_json(), **({"mcu": mcu} if mcu else {})}
@@ -62,7 +63,7 @@ def _mcu_c_int8(spec: Any, options: Any) -> bool:
 
 
 def mcu_estimate(spec: Any, options: Any, onnx_path: Path, samples: np.ndarray, work: Path,
-                 budgets: Any) -> dict[str, Any]:
+                 profile: Any) -> dict[str, Any]:
     """Flash and RAM of ``spec`` before any build: the model quantized on ``samples``
     (sizes do not depend on the scales), lowered and generated for the profile's cross
     compiler, its library (all but the weights array, counted from the plan) compiled and
@@ -70,15 +71,15 @@ def mcu_estimate(spec: Any, options: Any, onnx_path: Path, samples: np.ndarray, 
     qdq = quantize_qdq(onnx_path, CalibrationSet(np.ascontiguousarray(samples)),
                        work / "mcu_qdq.onnx")
     folder = work / f"mcu-{spec.name}"
-    arena_kb = getattr(budgets, "arena_kb", None)
     codegen.from_onnx(qdq, folder, precision="int8", embedded=True,
                       deploy_cc=options.cross_cc, deploy_cflags=options.cross_cflags,
                       requant=options.requant, tiling=options.tiling,
-                      arena_budget=int(arena_kb * 1024) if arena_kb else None,
+                      arena_budget=arena_budget(profile),
                       input=options.input)  # the arena the build will plan
     s = mcu_size.measure(folder, options.cross_cc, options.cross_cflags)
     return {"target": spec.name, "cc": f"{options.cross_cc} {options.cross_cflags}",
-            **s.figures(), "model_kb": budgets.model_kb, "arena_kb": budgets.arena_kb}
+            **s.figures(), "model_kb": profile.budgets.model_kb,
+            "arena_kb": profile.budgets.arena_kb}
 
 
 def _input(loaded: model_mod.LoadedModel, data: str | None) -> tuple[tuple[int, ...], np.ndarray]:

@@ -152,7 +152,7 @@ class CTarget(Target):
                   name=getattr(ctx.profile, "name", "model"), deploy_cc=opts.cross_cc,
                   deploy_cflags=opts.cross_cflags, requant=opts.requant, power=power,
                   preprocess=getattr(ctx.profile, "preprocess", None),  # model.h's spec
-                  tiling=opts.tiling, arena_budget=_arena_budget(ctx.profile),
+                  tiling=opts.tiling, arena_budget=arena_budget(ctx.profile),
                   threads=opts.threads, input=opts.input)
         ctx.log(f"c: lowering {src} ({precision}, {source})")
         try:
@@ -310,7 +310,7 @@ def _host_build(artifact: Artifact) -> Path:
     return b.dir
 
 
-def _arena_budget(profile: Any) -> int | None:
+def arena_budget(profile: Any) -> int | None:
     """budgets.arena_kb in bytes (None: no budget), what the tiling pass plans towards."""
     kb = getattr(getattr(profile, "budgets", None), "arena_kb", None)
     return int(kb * 1024) if kb else None

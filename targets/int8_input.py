@@ -60,21 +60,37 @@ def quantizer(g: Graph, name: str) -> Step | None:
     return st
 
 
-def fold_input_quantize(g: Graph) -> Graph:
-    """``g`` with each float input's QuantizeLinear folded out: its int8 output becomes the
-    input (scale and zero point kept on the tensor, for model.h). Refused (UsageError) when
-    the build is not int8 or no input is quantized by a step of its own: the caller could
-    not know how to quantize."""
+def _quantized_inputs(g: Graph, option: str, does: str,
+                      names: list[str] | None = None) -> dict[str, Step]:
+    """Input name -> its QuantizeLinear step, for the inputs ``names`` (all by default) that
+    a QuantizeLinear of their own reads. C option ``input: <option>`` (``does``: what it
+    does with that step, for the fix) is refused (UsageError) when the build is not int8
+    or no such input exists: the caller could not know how to quantize."""
     if g.precision != "int8":
-        raise UsageError("c option input: int8 needs an int8 build; this one is "
+        raise UsageError(f"c option input: {option} needs an int8 build; this one is "
                          f"{g.precision}", where="options.input",
                          fix="set input: float (the default) for a float build, or build "
                              "with precision int8")
+    steps = {n: st for n in (g.inputs if names is None else names)
+             if (st := quantizer(g, n)) is not None}
+    if not steps:
+        raise UsageError(
+            f"c option input: {option}: no model input is quantized by a QuantizeLinear of "
+            f"its own (inputs {', '.join(g.input_names)})", where="options.input",
+            fix=f"set input: float (the default); input: {option} {does}")
+    return steps
+
+
+def fold_input_quantize(g: Graph) -> Graph:
+    """``g`` with each float input's QuantizeLinear folded out: its int8 output becomes the
+    input (scale and zero point kept on the tensor, for model.h)."""
+    found = _quantized_inputs(g, "int8", "folds the input's QuantizeLinear of a statically "
+                                         "quantized model")
     tensors, steps, inputs = dict(g.tensors), list(g.steps), list(g.inputs)
     for i, name in enumerate(g.inputs):
-        st = quantizer(g, name)
-        if st is None:
+        if name not in found:
             continue
+        st = found[name]
         _, _, _, scale, zp = st.calls[0].args
         q = st.outputs[0]
         tensors.pop(name)
@@ -82,34 +98,17 @@ def fold_input_quantize(g: Graph) -> Graph:
                              scale=np.asarray([scale], dtype=np.float32), zero_point=int(zp))
         steps.remove(st)
         inputs[i] = q
-    if inputs == g.inputs:
-        raise UsageError(
-            "c option input: int8: no model input is quantized by a QuantizeLinear of its "
-            f"own (inputs {', '.join(g.input_names)})", where="options.input",
-            fix="set input: float (the default); input: int8 folds the input's "
-                "QuantizeLinear of a statically quantized model")
     return replace(g, tensors=tensors, steps=steps, inputs=inputs)
 
 
 def consume_inputs(g: Graph) -> Graph:
     """``g`` with each float input that a QuantizeLinear of its own reads marked consumed:
-    the planner puts the int8 copy over the input's slot. Refused (UsageError) as
-    ``fold_input_quantize`` is: a float build, or no input quantized by a step of its own.
-    Inputs past the ES_MAX_BOUND_INPUTS the model object tracks stay as they are."""
-    if g.precision != "int8":
-        raise UsageError("c option input: float_in_place needs an int8 build; this one is "
-                         f"{g.precision}", where="options.input",
-                         fix="set input: float (the default) for a float build, or build "
-                             "with precision int8")
-    consumed = tuple(n for n in g.inputs[:MAX_BOUND_INPUTS] if quantizer(g, n) is not None)
-    if not consumed:
-        raise UsageError(
-            "c option input: float_in_place: no model input is quantized by a "
-            f"QuantizeLinear of its own (inputs {', '.join(g.input_names)})",
-            where="options.input",
-            fix="set input: float (the default); input: float_in_place quantizes the input "
-                "of a statically quantized model over its own slot")
-    return replace(g, consumed=consumed)
+    the planner puts the int8 copy over the input's slot. Inputs past the
+    ES_MAX_BOUND_INPUTS the model object tracks stay as they are."""
+    found = _quantized_inputs(g, "float_in_place", "quantizes the input of a statically "
+                                                   "quantized model over its own slot",
+                              g.inputs[:MAX_BOUND_INPUTS])
+    return replace(g, consumed=tuple(found))
 
 
 def quantize(x: np.ndarray, scale: float, zero_point: int) -> np.ndarray:

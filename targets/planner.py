@@ -190,21 +190,22 @@ def _inplace_groups(g: Graph, first: dict[str, int], last: dict[str, int]):
     members: dict[str, list[str]] = {t: [t] for t in first}
     done = []
     for i, st in enumerate(g.steps):
-        if st.inputs and st.inputs[0] in g.consumed and quantizer(g, st.inputs[0]) is st:
-            group[st.outputs[0]] = st.inputs[0]
-            members[st.inputs[0]].append(st.outputs[0])
-            del members[st.outputs[0]]
-            done.append(st.name)
-            continue
-        if not st.inplace or not st.inputs or not st.outputs:
+        if not st.inputs or not st.outputs:
             continue
         src, dst = group[st.inputs[0]], st.outputs[0]
-        t_src, t_dst = g.tensors[st.inputs[0]], g.tensors[dst]
-        ends_here = max(last[m] for m in members[src]) == i
-        if (ends_here and t_src.kind == "act" and t_dst.kind != "input"
-                and group[dst] == dst and t_dst.nbytes <= max(
-                    g.tensors[m].nbytes for m in members[src])
-                and st.inputs.count(st.inputs[0]) == 1 and st.inputs[0] not in st.inputs[1:]):
+        if st.inputs[0] in g.consumed:
+            takes_over = quantizer(g, st.inputs[0]) is st
+        elif st.inplace:
+            t_src, t_dst = g.tensors[st.inputs[0]], g.tensors[dst]
+            ends_here = max(last[m] for m in members[src]) == i
+            takes_over = (ends_here and t_src.kind == "act" and t_dst.kind != "input"
+                          and group[dst] == dst and t_dst.nbytes <= max(
+                              g.tensors[m].nbytes for m in members[src])
+                          and st.inputs.count(st.inputs[0]) == 1
+                          and st.inputs[0] not in st.inputs[1:])
+        else:
+            continue
+        if takes_over:
             group[dst] = src
             members[src].append(dst)
             del members[dst]

@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 
+from edgesmith.convert.runtime_compat import write_tflite
 from tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -24,8 +25,6 @@ def _chain_model(path, ops: list[str], kinds: list[str], quantized: int | None =
     kinds[i] ("FLOAT32", "INT8"), tensor ``quantized`` with scale 0.5 and zero point 3;
     written with the schema's object API (no converter: the ops are the point)."""
     from ai_edge_litert import schema_py_generated as s
-
-    from edgesmith.convert.runtime_compat import write_tflite
 
     def tensor(i: int):
         t = s.TensorT()

@@ -102,8 +102,6 @@ def fully_connected_tflite(path: Path, version: int = 1) -> Path:
     object API: seconds faster than importing TensorFlow to convert one."""
     from ai_edge_litert import schema_py_generated as s
 
-    from edgesmith.convert.runtime_compat import write_tflite
-
     rng = np.random.default_rng(0)
     w = rng.standard_normal((4, 8)).astype(np.float32)
     b = rng.standard_normal(4).astype(np.float32)
@@ -127,7 +125,7 @@ def fully_connected_tflite(path: Path, version: int = 1) -> Path:
     code.builtinCode, code.deprecatedBuiltinCode, code.version = FC, FC, version
     model = s.ModelT()
     model.version, model.operatorCodes, model.subgraphs, model.buffers = 3, [code], [sub], buffers
-    write_tflite(model, path)
+    runtime_compat.write_tflite(model, path)
     return path
 
 

@@ -9,6 +9,7 @@ copied in again; a bound input runs any number of times and stays untouched."""
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgesmith.errors import UsageError
+from edgesmith.pipeline.inspect import inspect
 from edgesmith.targets import codegen, run
 from edgesmith.targets.planner import Interval, check, lower_bound, place
 from tests.targets._helpers import model_sources
@@ -173,10 +175,6 @@ def test_in_place_needs_an_int8_build_with_its_own_input_quantize(builds, tmp_pa
 def test_inspect_estimates_the_arena_the_option_plans(builds, tmp_path):
     """``edgesmith inspect --profile`` on a Cortex-M7 profile with the option: RAM comes
     from the arena the build will plan, the float input's slot shared with its int8 copy."""
-    from pathlib import Path
-
-    from edgesmith.pipeline.inspect import inspect
-
     qdq, *_ = builds
     base = Path("profiles/bundled/cortex-m7.yaml").read_text()
     arena = {}
