@@ -50,12 +50,18 @@ demo: setup examples/digits/digits.pt
 	$(VENV)/bin/edgesmith build examples/digits/digits.pt --arch examples/digits/model.py:build \
 		--data digits --profile host --out build/demo
 
-# --durations: CI's log names the slowest tests, so the 25-minute aim can be kept with data
+# The suite runs on one pytest-xdist worker per core, at most 4 (TEST_WORKERS=0: serially,
+# in one process). --dist loadfile keeps each file on one worker, so module fixtures are
+# built once; session fixtures are built once per worker. --durations: CI's log names the
+# slowest tests, so the 25-minute aim can be kept with data.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
+XDIST = -n $(TEST_WORKERS) --dist loadfile
+
 test: setup
-	$(VENV)/bin/pytest -m "not very_slow" --durations=25 $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -m "not very_slow" $(XDIST) --durations=25 $(PYTEST_ARGS)
 
 test-all: setup
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(XDIST) $(PYTEST_ARGS)
 
 # side-by-side benchmarks against peer runtimes; each prints JSON (not part of make test)
 bench: setup examples/digits/digits.pt
