@@ -17,8 +17,12 @@ def plan(
     path: Path = typer.Argument(..., help="a build folder (--out of `edgesmith build`) or one "
                                           "generated C folder (BUILD/targets/c-int8)"),
     as_json: bool = typer.Option(False, "--json", help="print [{target, folder, arena_bytes, "
-                                                       "lower_bound_bytes, tiling, plan}] as "
-                                                       "JSON; tiling (null when untiled): "
+                                                       "lower_bound_bytes, tiling, "
+                                                       "input_arenas, plan}] as JSON; "
+                                                       "input_arenas (null unless an int8 "
+                                                       "build with float input could save): "
+                                                       "the untiled arena by C option "
+                                                       "input; tiling (null when untiled): "
                                                        "grid, layout, row_bounds, "
                                                        "col_bounds, halo_px, split, "
                                                        "arena_untiled_bytes, "
@@ -30,7 +34,9 @@ def plan(
     row per step (as TFLite Micro's PrintMemoryPlan does). A tiled build (C option
     `tiling`, or budgets.arena_kb missed untiled) first states its patch layout (grid,
     stripes or uneven cut), split, halo, arena tiled vs the untiled liveness bound, extra
-    MACs, modelled latency and the candidates weighed.
+    MACs, modelled latency and the candidates weighed. An int8 build with float input (the
+    default) states the untiled arena under each C option `input` where another would
+    lower it.
 
     Example: edgesmith plan build/demo
     """

@@ -36,7 +36,8 @@ class TargetPlan:
         return {"target": self.name, "folder": str(self.folder),
                 "arena_bytes": self.arena_bytes if self.arena_bytes is not None
                 else f.get("arena_bytes"), "lower_bound_bytes": f.get("lower_bound_bytes"),
-                "tiling": f.get("tiling"), "plan": self.text}
+                "tiling": f.get("tiling"), "input_arenas": f.get("input_arenas"),
+                "plan": self.text}
 
 
 def _figures(folder: Path) -> dict[str, Any] | None:

@@ -31,6 +31,7 @@ from edgesmith.inputs import CalibrationSet
 from edgesmith.profiles.schema import TargetSpec
 from edgesmith.target import ConvertContext, Target
 from edgesmith.targets import tiling
+from edgesmith.targets.int8_input import arenas_note
 from edgesmith.versions import tool_versions
 
 from . import bench_detect, bench_frames, cache, registry, validate
@@ -399,9 +400,11 @@ def check_budgets(results: list[TargetResult], budgets: Any,
                             f"budget {budgets.model_kb} KB")
         arena = r.artifact.meta.get("arena_bytes") if r.artifact else None
         if budgets.arena_kb is not None and arena is not None and arena / 1024 > budgets.arena_kb:
+            inputs = arenas_note(r.artifact.meta.get("input_arenas"))
             problems.append(f"arena {arena} B ({arena / 1024:.1f} KB) > budget "
                             f"{budgets.arena_kb} KB"
-                            + tiling.budget_note(r.artifact.meta.get("tiling")))
+                            + tiling.budget_note(r.artifact.meta.get("tiling"))
+                            + (f"; {inputs}" if inputs else ""))
         ram = _ram_problem(r.artifact, ram_mb) if r.artifact and ram_mb else None
         if ram:
             problems.append(ram)

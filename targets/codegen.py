@@ -26,7 +26,7 @@ from edgesmith.errors import ConversionError
 from . import weights as wts
 from .c_text import _comment, _fields, _wrap, c_float, c_string
 from .graph import MAX_BOUND_INPUTS, Call, Graph, Ref, c_ident
-from .int8_input import consume_inputs, fold_input_quantize
+from .int8_input import consume_inputs, fold_input_quantize, input_arenas
 from .planner import Plan, render_plan
 from .threads import DEFAULT_MIN_MACS, Split, prune
 from .threads import apply as threads_pass
@@ -626,8 +626,13 @@ def from_onnx(onnx_path: Path, out_dir: Path, *, precision: str = "fp32", embedd
     splits = threads_pass(g, threads, DEFAULT_MIN_MACS if split_min_macs is None
                           else split_min_macs)  # before the plan: scratch per thread
     p = make_plan(g, alignment=alignment)
+    # what C option input would save, told in plan.txt and a budget miss (one thread:
+    # threads_pass left g as lowered)
+    arenas = input_arenas(g, lambda h: make_plan(h, alignment=alignment).arena_bytes) \
+        if input == "float" and threads <= 1 else {}
     # patch-based execution of the leading conv chain, when forced or the budget needs it
     g, p = tiling_pass(g, p, tiling, arena_budget, alignment)
+    p.input_arenas = arenas
     return generate(g, p, out_dir, embedded=embedded, cc=cc, cflags=cflags, ldflags=ldflags,
                     name=name or Path(onnx_path).stem, power=power, preprocess=preprocess,
                     threads=threads, splits=splits)

@@ -30,6 +30,7 @@ An input bound with es_bind_input is only read, as always, and runs any number o
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Literal
@@ -109,6 +110,34 @@ def consume_inputs(g: Graph) -> Graph:
                                                    "quantized model over its own slot",
                               g.inputs[:MAX_BOUND_INPUTS])
     return replace(g, consumed=tuple(found))
+
+
+def input_arenas(g: Graph, arena: Callable[[Graph], int]) -> dict[str, int]:
+    """What C option ``input`` would save: the arena ``arena`` plans for ``g``, an int8
+    build taking float inputs (the default), under ``float`` and under each other option,
+    for ``edgesmith plan`` and the message of an arena budget miss. Empty when neither
+    applies (not int8, no input quantized by a step of its own) or neither lowers the
+    arena. The build never switches by itself: ``int8`` changes what the caller passes,
+    ``float_in_place`` lets a run consume the input copied in."""
+    if g.precision != "int8" or not any(quantizer(g, n) for n in g.inputs):
+        return {}
+    out = {"float": arena(g)}
+    for option, change in (("float_in_place", consume_inputs), ("int8", fold_input_quantize)):
+        try:
+            out[option] = arena(change(g))
+        except UsageError:  # e.g. the only quantized input past ES_MAX_BOUND_INPUTS
+            continue
+    return out if min(out.values()) < out["float"] else {}
+
+
+def arenas_note(a: dict[str, int] | None) -> str:
+    """``input_arenas`` in words, for plan.txt and a budget miss ("" when empty)."""
+    if not a:
+        return ""
+    what = {"float": "the default", "float_in_place": "a run consumes the input copied in",
+            "int8": "the caller passes the input quantized"}
+    return "untiled arena by C option input: " + ", ".join(
+        f"{k} {v} B ({what[k]})" for k, v in a.items())
 
 
 def quantize(x: np.ndarray, scale: float, zero_point: int) -> np.ndarray:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from edgesmith.errors import ConversionError
 
 from .graph import Graph
-from .int8_input import quantizer
+from .int8_input import arenas_note, quantizer
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,9 @@ class Plan:
     # inputs whose int8 copy the plan puts over their own slot (Graph.consumed, where the
     # input's QuantizeLinear is a step of its own): a run overwrites them
     consumed: list[str] = field(default_factory=list)
+    # an int8 build with the default float input: the untiled arena under each C option
+    # `input` (int8_input.input_arenas), when another one would lower it
+    input_arenas: dict[str, int] = field(default_factory=dict)
 
     @property
     def efficiency(self) -> float:
@@ -82,7 +85,8 @@ class Plan:
                 "strategy": self.strategy, "alignment": self.alignment,
                 "inplace_steps": len(self.inplace),
                 **({"consumed_inputs": len(self.consumed)} if self.consumed else {}),
-                **({"tiling": self.tiling} if self.tiling else {})}
+                **({"tiling": self.tiling} if self.tiling else {}),
+                **({"input_arenas": self.input_arenas} if self.input_arenas else {})}
 
 
 def align(n: int, a: int) -> int:
@@ -287,4 +291,6 @@ def render_plan(p: Plan, g: Graph | None = None, width: int = 64) -> str:
         head.append(f"{step:>4}  {''.join(row)}{label}")
     from .tiling import render as render_tiling
 
-    return render_tiling(p.tiling) + "\n".join(head) + "\n"
+    hint = arenas_note(p.input_arenas)
+    return render_tiling(p.tiling) + (f"{hint}\n" if hint else "") + \
+        "\n".join(head) + "\n"

@@ -44,6 +44,9 @@ def test_plan_of_one_c_folder_and_as_json(cli, c_build):
     doc = json.loads(r.out)
     assert [d["target"] for d in doc] == ["c-int8"] and doc[0]["arena_bytes"] > 0
     assert doc[0]["plan"] == (folder / "plan.txt").read_text()
+    # what C option input would plan: plan.json's figure, null where no option saves
+    assert doc[0]["input_arenas"] == json.loads((folder / "plan.json").read_text()).get(
+        "input_arenas")
 
 
 def test_plan_of_a_folder_that_is_no_build_says_what_to_pass(cli, tmp_path):

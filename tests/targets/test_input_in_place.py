@@ -8,6 +8,7 @@ copied in again; a bound input runs any number of times and stays untouched."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -16,8 +17,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from edgesmith.artifact import Artifact
 from edgesmith.errors import UsageError
 from edgesmith.pipeline.inspect import inspect
+from edgesmith.pipeline.stages import TargetResult, check_budgets
+from edgesmith.profiles.schema import Budgets
 from edgesmith.targets import codegen, run
 from edgesmith.targets.planner import Interval, check, lower_bound, place
 from tests.targets._helpers import model_sources
@@ -187,3 +191,36 @@ def test_inspect_estimates_the_arena_the_option_plans(builds, tmp_path):
         (est,) = inspect(str(qdq.with_name("chain.onnx")), str(prof))["mcu"]
         arena[opt] = est["mcu_sections"]["arena"]
     assert arena["float"] - arena["float_in_place"] == -(-3 * H * W // 64) * 64
+
+
+def test_the_default_plan_tells_the_arena_each_input_option_would_plan(builds, tmp_path):
+    """An int8 build taking float input (the default) states in plan.txt and plan.json the
+    untiled arena under each C option ``input``: the figures the builds with those options
+    plan. A build with one of them set, and an fp32 build, state nothing."""
+    qdq, plain, spent, _ = builds
+    int8 = codegen.from_onnx(qdq, tmp_path / "int8", precision="int8", input="int8")
+    want = {"float": plain.plan.arena_bytes, "float_in_place": spent.plan.arena_bytes,
+            "int8": int8.plan.arena_bytes}
+    assert want["int8"] < want["float_in_place"] < want["float"]
+    assert json.loads((plain.out_dir / "plan.json").read_text())["input_arenas"] == want
+    text = (plain.out_dir / "plan.txt").read_text()
+    assert (f"untiled arena by C option input: float {want['float']} B (the default), "
+            f"float_in_place {want['float_in_place']} B (a run consumes the input copied in), "
+            f"int8 {want['int8']} B") in text
+    fp32 = codegen.from_onnx(qdq.with_name("chain.onnx"), tmp_path / "fp32", precision="fp32")
+    for quiet in (spent, int8, fp32):
+        assert "input_arenas" not in json.loads((quiet.out_dir / "plan.json").read_text())
+        assert "C option input" not in (quiet.out_dir / "plan.txt").read_text()
+
+
+def test_an_arena_budget_miss_names_what_each_input_option_would_plan(builds, tmp_path):
+    """The build's budget check (exit 3) says which input option would fit."""
+    _, plain, spent, _ = builds
+    folder = tmp_path / "c-int8"
+    folder.mkdir()
+    (folder / "model.c").write_text("/* generated */\n")
+    spec = type("Spec", (), {"name": "c-int8"})()
+    r = TargetResult(spec, Artifact.of(folder, "c", "int8", **plain.plan.figures()), None, "ok")
+    (miss,) = check_budgets([r], Budgets(arena_kb=spent.plan.arena_bytes / 1024))
+    assert r.status == "budget" and f"arena {plain.plan.arena_bytes} B" in miss
+    assert f"float_in_place {spent.plan.arena_bytes} B (a run consumes the input" in miss
