@@ -628,8 +628,8 @@ def from_onnx(onnx_path: Path, out_dir: Path, *, precision: str = "fp32", embedd
     p = make_plan(g, alignment=alignment)
     # what C option input would save, told in plan.txt and a budget miss (one thread:
     # threads_pass left g as lowered)
-    arenas = input_arenas(g, lambda h: make_plan(h, alignment=alignment).arena_bytes) \
-        if input == "float" and threads <= 1 else {}
+    arenas = input_arenas(g, p.arena_bytes, lambda h: make_plan(h, alignment=alignment)
+                          .arena_bytes) if input == "float" and threads <= 1 else {}
     # patch-based execution of the leading conv chain, when forced or the budget needs it
     g, p = tiling_pass(g, p, tiling, arena_budget, alignment)
     p.input_arenas = arenas

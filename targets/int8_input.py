@@ -112,22 +112,21 @@ def consume_inputs(g: Graph) -> Graph:
     return replace(g, consumed=tuple(found))
 
 
-def input_arenas(g: Graph, arena: Callable[[Graph], int]) -> dict[str, int]:
-    """What C option ``input`` would save: the arena ``arena`` plans for ``g``, an int8
-    build taking float inputs (the default), under ``float`` and under each other option,
-    for ``edgesmith plan`` and the message of an arena budget miss. Empty when neither
-    applies (not int8, no input quantized by a step of its own) or neither lowers the
-    arena. The build never switches by itself: ``int8`` changes what the caller passes,
-    ``float_in_place`` lets a run consume the input copied in."""
-    if g.precision != "int8" or not any(quantizer(g, n) for n in g.inputs):
-        return {}
-    out = {"float": arena(g)}
+def input_arenas(g: Graph, float_arena: int, arena: Callable[[Graph], int]) -> dict[str, int]:
+    """What C option ``input`` would save: ``float_arena``, the arena planned for ``g`` (a
+    build taking float inputs, the default), and the one ``arena`` plans under each other
+    option, for ``edgesmith plan`` and the message of an arena budget miss. Empty when
+    neither applies (an option's own refusal: not int8, no input quantized by a step of
+    its own) or neither lowers the arena. The build never switches by itself: ``int8``
+    changes what the caller passes, ``float_in_place`` lets a run consume the input copied
+    in."""
+    out = {"float": float_arena}
     for option, change in (("float_in_place", consume_inputs), ("int8", fold_input_quantize)):
         try:
             out[option] = arena(change(g))
-        except UsageError:  # e.g. the only quantized input past ES_MAX_BOUND_INPUTS
+        except UsageError:  # the option does not apply to g
             continue
-    return out if min(out.values()) < out["float"] else {}
+    return out if min(out.values()) < float_arena else {}
 
 
 def arenas_note(a: dict[str, int] | None) -> str:
