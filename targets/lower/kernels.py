@@ -125,13 +125,14 @@ def stem_i8_scratch(p: dict) -> int:
     """Bytes of es_conv2d_i8_stem scratch; mirrors ES_I8_STEM_SCRATCH: the im2col block of
     the output rows it takes at once (K4 rows of their pixels rounded up to 32 words), the
     window of padded input rows those output rows read (ES_STEM_WINDOW), split into SW
-    column phases, one padded row."""
+    column phases, one padded row (at least 64 bytes: a vector load of the window's last row
+    may read on into it)."""
     wp = padded(p)[1]
     k4 = -(-(p["C"] * p["KH"] * p["KW"]) // 4)
     rows = min(p["OH"], max(1, 256 // p["OW"]))  # ES_STEM_ROWS
     window = (rows - 1) * p["SH"] + (p["KH"] - 1) * p["DH"] + 1  # ES_STEM_WINDOW
     return (4 * k4 * -(-(rows * p["OW"]) // 32) * 32
-            + p["C"] * window * p["SW"] * -(-wp // p["SW"]) + wp)
+            + p["C"] * window * p["SW"] * -(-wp // p["SW"]) + max(wp, 64))
 
 
 def use_stem(p: dict) -> bool:

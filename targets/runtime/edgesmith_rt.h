@@ -523,8 +523,9 @@ void es_conv2d_i8_dot_add(const int8_t *x, const int8_t *w8, const int32_t *bias
  * (kernels/conv_int8_dot.c). Scratch: the im2col block of ES_STEM_ROWS output rows (about
  * 256 pixels), K4 rows of NP words (their pixels rounded up to a tile pair), then a window
  * of the padded input rows one block reads (ES_STEM_WINDOW per channel), split into SW
- * column phases of ceil(WP / SW) bytes, then one padded row of WP bytes
- * (lower/kernels.py stem_i8_scratch mirrors it). */
+ * column phases of ceil(WP / SW) bytes, then one padded row of WP bytes, at least 64 (a
+ * vector load from the window's last row may read on into it; lower/kernels.py
+ * stem_i8_scratch mirrors it). */
 #define ES_STEM_ROWS(OH, OW) ((OH) < 256 / (OW) ? (OH) : (256 / (OW) > 1 ? 256 / (OW) : 1))
 #define ES_STEM_NP(OH, OW) (ES_DOT_CEIL(ES_STEM_ROWS(OH, OW) * (OW), 32) * 32)
 #define ES_STEM_WINDOW(OH, OW, KH, SH, DH)                                                   \
@@ -533,7 +534,7 @@ void es_conv2d_i8_dot_add(const int8_t *x, const int8_t *w8, const int32_t *bias
     (4u * (size_t)ES_DOT_CEIL((C) * (KH) * (KW), 4) * (size_t)ES_STEM_NP(OH, OW) +           \
      (size_t)(C) * (size_t)ES_STEM_WINDOW(OH, OW, KH, SH, DH) * (size_t)(SW) *               \
          (size_t)ES_DOT_CEIL(ES_DOT_PADDED(OW, SW, KW, DW), SW) +                            \
-     (size_t)ES_DOT_PADDED(OW, SW, KW, DW))
+     (ES_DOT_PADDED(OW, SW, KW, DW) > 64 ? (size_t)ES_DOT_PADDED(OW, SW, KW, DW) : 64u))
 static inline size_t es_i8_stem_scratch(const es_conv_params *p) {
     return ES_I8_STEM_SCRATCH(p->C, p->OH, p->OW, p->KH, p->KW, p->SH, p->SW, p->DH, p->DW);
 }

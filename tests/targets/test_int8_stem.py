@@ -33,7 +33,8 @@ def _out(size: int, pad: int, k: int, s: int, d: int) -> int:
 def stem_case(rng: np.random.Generator, i: int) -> list[int]:
     """A random conv over 1-3 channels: odd planes, stride 1-3 per axis, padding, dilation,
     square or not, M not a multiple of 8 or 16 (stem_check.c's argv)."""
-    kh, kw = int(rng.choice([1, 3, 5, 7])), int(rng.choice([3, 5, 7]))
+    kh, kw = int(rng.choice([1, 3, 5, 7])), int(rng.choice([1, 2, 3, 5, 7]))
+    kh = 3 if kh * kw == 1 else kh  # a 1x1 conv is not a stem (use_stem)
     sh, sw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
     dh, dw = int(rng.integers(1, 3)), int(rng.integers(1, 3))
     pt, pl = int(rng.integers(0, kh // 2 + 1)), int(rng.integers(0, kw // 2 + 1))
@@ -57,7 +58,12 @@ FIXED = [[3, 97, 97, 32, 3, 3, 2, 2, 1, 1, 1, 1, -3, 900, 49, 49],
          # output into pixel quads (y_pquads, 16k channels, rows of whole quads):
          # MobileNetV2-96's stem, and rows of 24 whose tiles straddle them
          [3, 96, 96, 32, 3, 3, 2, 2, 1, 1, 1, 1, -11, 907, 48, 48],
-         [3, 17, 24, 16, 3, 3, 1, 1, 1, 1, 1, 1, -7, 908, 17, 24]]
+         [3, 17, 24, 16, 3, 3, 1, 1, 1, 1, 1, 1, -7, 908, 17, 24],
+         # a patch of over 256 taps (91 words: the interleave, not the gathers), words of
+         # taps from three and four rows (a 1-wide and a 2-wide kernel, stride 3)
+         [3, 30, 33, 12, 11, 11, 2, 2, 5, 5, 1, 1, 9, 909, 15, 17],
+         [3, 20, 21, 16, 5, 1, 1, 1, 2, 0, 1, 1, 3, 910, 20, 21],
+         [2, 19, 40, 8, 3, 2, 1, 3, 1, 1, 1, 1, -50, 911, 19, 13]]
 
 
 def _cases(n: int, seed: int):
@@ -79,9 +85,10 @@ FLAVOURS = [("portable", "cc", ["-O2"], []),
                 not _cpu_has("avx2"), reason="this CPU has no AVX2")),
             pytest.param("avx512vnni", "cc", ["-O3", *VNNI], [], marks=pytest.mark.skipif(
                 not _cpu_has("avx512_vnni"), reason="this CPU has no AVX-512 VNNI")),
+            # with VBMI the im2col words are byte-permuted from the rows (stem_col_gather),
             # with VBMI2 the stride-2 rows are expand-loaded straight from x (-march=native
             # on Zen 4 and Ice Lake on)
-            pytest.param("avx512vbmi2", "cc", ["-O3", *VNNI, "-mavx512vbmi2"], [],
+            pytest.param("avx512vbmi2", "cc", ["-O3", *VNNI, "-mavx512vbmi", "-mavx512vbmi2"], [],
                          marks=pytest.mark.skipif(
                              not (_cpu_has("avx512_vnni") and _cpu_has("avx512_vbmi2")),
                              reason="this CPU has no AVX-512 VNNI and VBMI2")),
@@ -108,7 +115,7 @@ def test_stem_conv_stays_inside_its_scratch_and_the_generator_sizes_it_alike(tmp
     from edgesmith.targets.lower.kernels import stem_i8_scratch
 
     flags = ["-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover"]
-    simd = VNNI + (["-mavx512vbmi2"] if _cpu_has("avx512_vbmi2") else [])
+    simd = VNNI + (["-mavx512vbmi", "-mavx512vbmi2"] if _cpu_has("avx512_vbmi2") else [])
     b = _build("cc", flags + (simd if _cpu_has("avx512_vnni") else []), tmp_path / "asan")
     env = {"ASAN_OPTIONS": "detect_leaks=0", "PATH": "/usr/bin:/bin"}
     for args in _cases(40, seed=2):

@@ -854,10 +854,11 @@ void es_conv2d_i8_dot_add(const int8_t *x, const int8_t *w8, const int32_t *bias
  * the rows a block shares with the one before move to the window's front and the others
  * are made from x, so no step holds a second copy of the input (ResNet-18-224's stem
  * scratch 191,391 -> 39,591 B, at the step that was its arena's peak). Per output row,
- * four such tap rows interleave into one row of words of the im2col block col[K4][NP] (the
- * quads_row of the quad planes above, +128 included), R output rows side by side (about 256
- * pixels), and the same 8 x 32 micro-kernel as the direct walk multiplies it: 16 output
- * pixels per vector, stored straight into each channel's rows. */
+ * four such tap rows make one row of words of the im2col block col[K4][NP] (+128), R output
+ * rows side by side (about 256 pixels): with VBMI by one byte permute per 16 words
+ * (stem_col_gather), otherwise interleaved as the quad planes above are (quads_row). The
+ * same 8 x 32 micro-kernel as the direct walk multiplies the block: 16 output pixels per
+ * vector, stored straight into each channel's rows. */
 
 /* padded input rows r0 .. r1 - 1 dealt by column phase (see above), row r into slot r - base
  * of each channel's NW slots; rowbuf holds one padded row */
@@ -939,43 +940,155 @@ static void stem_rows(const int8_t *x, int8_t *rows, int8_t *rowbuf, int r0, int
 }
 
 
-/* nr rows of the im2col block: word (k4, r * OW + j) holds taps 4*k4 .. 4*k4 + 3 of output
- * column j of the block's row r (+128), read from the window of padded rows whose slot 0 is
- * the block's first output row's first tap row; taps past K repeat tap 0 (their weights
- * are zero). A tap's offset in the window does not depend on the output row, so each quad
- * of taps is located once and then read for every row of the block. The taps are walked in
- * order, (c, kh, kw) counted up rather than divided out of t: three divisions per tap, for
- * every quad of every block, were 4 % of ResNet-18's 7x7 stem. */
-static void stem_col_rows(uint32_t *col, int NP, const int8_t *rows, int nr, int NW, int S,
-                          int Wq, int K4, const es_conv_params *p) {
-    const int K = p->C * p->KH * p->KW, OW = p->OW;
-    const size_t row_step = (size_t)p->SH * S * Wq; /* bytes from one output row's taps to
-                                                       the next one's */
-    const int8_t *src[4];
-    int k4, i, r, t = 0, c = 0, kh = 0, kw = 0;
-    for (k4 = 0; k4 < K4; ++k4) {
-        uint32_t *dst = col + (size_t)k4 * NP;
-        for (i = 0; i < 4; ++i, ++t) {
-            const int rr = kh * p->DH, cw = kw * p->DW;
-            if (t >= K) {
-                src[i] = rows;
-                continue;
-            }
-            src[i] = rows + (((size_t)c * NW + rr) * S + (size_t)(cw % S)) * Wq + cw / S;
-            if (++kw == p->KW) {
-                kw = 0;
-                if (++kh == p->KH) {
-                    kh = 0;
-                    ++c;
-                }
+/* Where the four taps of each word of the im2col block lie in the window of padded rows,
+ * for output row 0 of the block: tap i of word k4 (tap t = 4 * k4 + i, counted up in
+ * (c, kh, kw) order) reads byte q of row slot (c, kh * DH) and column phase kw * DW % S,
+ * q = j + kw * DW / S for output column j. Taps past K repeat the word's first tap (their
+ * weights are zero). Walked in order, (c, kh, kw) counted up rather than divided out of t:
+ * three divisions per tap, for every quad of every block, were 4 % of ResNet-18's 7x7 stem. */
+typedef struct {
+    int t, c, kh, kw;
+} stem_walk;
+
+static void stem_word(stem_walk *w, size_t tap[4], int NW, int S, int Wq,
+                      const es_conv_params *p) {
+    const int K = p->C * p->KH * p->KW;
+    int i;
+    for (i = 0; i < 4; ++i, ++w->t) {
+        const int rr = w->kh * p->DH, cw = w->kw * p->DW;
+        if (w->t >= K) { /* (a word never starts past K) */
+            tap[i] = i ? tap[0] : 0;
+            continue;
+        }
+        tap[i] = (((size_t)w->c * NW + rr) * S + (size_t)(cw % S)) * Wq + (size_t)(cw / S);
+        if (++w->kw == p->KW) {
+            w->kw = 0;
+            if (++w->kh == p->KH) {
+                w->kh = 0;
+                ++w->c;
             }
         }
+    }
+}
+
+#if defined(ES_DOT_VNNI) && defined(__AVX512VBMI__)
+/* With VBMI a word row is made by one byte permute, not by interleaving four tap rows. The
+ * four taps of a word read at most four distinct phase rows (sources); 16 output columns
+ * of one source are at most 32 bytes from column j0 + its first tap's offset (16 columns
+ * and the tap's offset past the first, at most 16). Four 32-byte loads, two to a vector,
+ * are then one 128-byte table, and one two-source byte permute (vpermt2b) gathers the 16
+ * words: byte i of lane j is byte j + (the tap's offset past its source's first) of its
+ * source's quarter. That is one shuffle per 16 words where the interleave takes four (byte
+ * and word unpacks, qword and lane permutes), and 32-byte loads, not 64: one from an
+ * arbitrary offset crosses a cache line half as often, and such loads cost more here than
+ * the shuffles (ResNet-18's 7x7 stem, 29,008 word vectors: 64-byte loads and two permutes
+ * per four sources took 1.1 ns a vector in isolation, this 0.7, on the AVX-512 VNNI Intel
+ * Xeon the benchmarks name). The sources and indices of each word are found once per call
+ * (stem_plan), for up to STEM_PLAN words; a longer patch, or taps further apart in one
+ * source than 16 columns (a dilation past 5), takes the interleave. */
+#define STEM_PLAN 64
+
+typedef struct {
+    size_t src[4];   /* window offsets of the sources (unused ones repeat the first) */
+    uint32_t idx;    /* byte i: where tap i lies in the 128-byte table */
+    int two;         /* more than two sources: the table's second half is loaded */
+} stem_gather;
+
+/* the gather of each word of the patch into g[0 .. K4 - 1]; 0 if some source would need
+ * more than 32 bytes */
+static int stem_plan(stem_gather *g, int K4, int NW, int S, int Wq, const es_conv_params *p) {
+    stem_walk w = {0, 0, 0, 0};
+    int k4, i, s;
+    for (k4 = 0; k4 < K4; ++k4) {
+        size_t tap[4], row[4];
+        int n = 0, of[4];
+        stem_word(&w, tap, NW, S, Wq, p);
+        /* a source is a phase row (its offset rounded down to a row start); its first
+         * byte is where its earliest tap in the word reads */
+        for (i = 0; i < 4; ++i) {
+            const size_t r = tap[i] - tap[i] % (size_t)Wq;
+            for (s = 0; s < n && row[s] != r; ++s) continue;
+            if (s == n) {
+                row[n] = r;
+                g[k4].src[n++] = tap[i];
+            } else if (tap[i] < g[k4].src[s]) {
+                g[k4].src[s] = tap[i];
+            }
+            of[i] = s;
+        }
+        for (s = n; s < 4; ++s) g[k4].src[s] = g[k4].src[0];
+        g[k4].idx = 0;
+        for (i = 0; i < 4; ++i) {
+            const size_t b = tap[i] - g[k4].src[of[i]];
+            if (b > TP) return 0;
+            g[k4].idx |= (uint32_t)(32 * of[i] + (int)b) << (8 * i);
+        }
+        g[k4].two = n > 2;
+    }
+    return 1;
+}
+
+/* 32 bytes from x as the low half of a vector, 32 from y as the high */
+static inline __m512i load_2x32(const int8_t *x, const int8_t *y) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x)),
+                              _mm256_loadu_si256((const __m256i *)y), 1);
+}
+
+/* nr rows of the im2col block from the gathers (see above): 16 words per step, +128 */
+static void stem_col_gather(uint32_t *col, int NP, const int8_t *rows, int nr, int S, int Wq,
+                            int K4, const stem_gather *g, const es_conv_params *p) {
+    const int OW = p->OW, whole = OW - OW % TP;
+    const size_t row_step = (size_t)p->SH * S * Wq;
+    const __m512i lane = _mm512_set_epi32(0x0f0f0f0f, 0x0e0e0e0e, 0x0d0d0d0d, 0x0c0c0c0c,
+                                          0x0b0b0b0b, 0x0a0a0a0a, 0x09090909, 0x08080808,
+                                          0x07070707, 0x06060606, 0x05050505, 0x04040404,
+                                          0x03030303, 0x02020202, 0x01010101, 0x00000000);
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const __mmask16 tail = (__mmask16)es_mask16(OW - whole);
+    int k4, r, j;
+    for (k4 = 0; k4 < K4; ++k4) {
+        /* locals: the stores into col may alias the plan */
+        const size_t s0 = g[k4].src[0], s1 = g[k4].src[1], s2 = g[k4].src[2], s3 = g[k4].src[3];
+        const __m512i idx = _mm512_add_epi8(lane, _mm512_set1_epi32((int)g[k4].idx));
+        const int two = g[k4].two;
+        for (r = 0; r < nr; ++r) {
+            const int8_t *x = rows + (size_t)r * row_step;
+            uint32_t *dst = col + (size_t)k4 * NP + (size_t)r * OW;
+#define ES_STEM_GATHER(j)                                                                   \
+    _mm512_xor_si512(_mm512_permutex2var_epi8(                                               \
+                         load_2x32(x + s0 + (j), x + s1 + (j)), idx,                         \
+                         two ? load_2x32(x + s2 + (j), x + s3 + (j)) : _mm512_setzero_si512()), \
+                     flip)
+            for (j = 0; j < whole; j += TP) _mm512_storeu_si512(dst + j, ES_STEM_GATHER(j));
+            if (j < OW) _mm512_mask_storeu_epi32(dst + j, tail, ES_STEM_GATHER(j));
+#undef ES_STEM_GATHER
+        }
+    }
+}
+#endif
+
+/* nr rows of the im2col block: word (k4, r * OW + j) holds taps 4*k4 .. 4*k4 + 3 of output
+ * column j of the block's row r (+128), read from the window of padded rows whose slot 0 is
+ * the block's first output row's first tap row. A tap's offset in the window does not
+ * depend on the output row, so each quad of taps is located once and then read for every
+ * row of the block: four tap rows interleaved into one row of words. */
+static void stem_col_rows(uint32_t *col, int NP, const int8_t *rows, int nr, int NW, int S,
+                          int Wq, int K4, const es_conv_params *p) {
+    const int OW = p->OW;
+    const size_t row_step = (size_t)p->SH * S * Wq; /* bytes from one output row's taps to
+                                                       the next one's */
+    stem_walk w = {0, 0, 0, 0};
+    int k4, r;
+    for (k4 = 0; k4 < K4; ++k4) {
+        uint32_t *dst = col + (size_t)k4 * NP;
+        size_t tap[4];
+        stem_word(&w, tap, NW, S, Wq, p);
         for (r = 0; r < nr; ++r, dst += OW) {
-            const size_t o = (size_t)r * row_step;
+            const int8_t *x = rows + (size_t)r * row_step;
 #if defined(ES_DOT_VNNI)
-            quads_row_masked(dst, (size_t)OW, src[0] + o, src[1] + o, src[2] + o, src[3] + o);
+            quads_row_masked(dst, (size_t)OW, x + tap[0], x + tap[1], x + tap[2], x + tap[3]);
 #else
-            quads_row(dst, (size_t)OW, src[0] + o, src[1] + o, src[2] + o, src[3] + o,
+            quads_row(dst, (size_t)OW, x + tap[0], x + tap[1], x + tap[2], x + tap[3],
                       0xffffffffu, 0);
 #endif
         }
@@ -997,6 +1110,10 @@ void es_conv2d_i8_stem(const int8_t *x, const int8_t *w8, const int32_t *bias_u8
     int oh0, v0, m0, c, base = 0, end = 0; /* the window holds padded rows [base, end) */
     dot_block a;
     dot_call call;
+#if defined(ES_DOT_VNNI) && defined(__AVX512VBMI__)
+    stem_gather gather[STEM_PLAN];
+    const int gathered = K4 <= STEM_PLAN && stem_plan(gather, K4, NW, S, Wq, p);
+#endif
     call_setup(&call, mult, shift, p);
     /* lanes past a block's pixels are computed and never stored; zeroed once so that they
      * are defined */
@@ -1024,7 +1141,12 @@ void es_conv2d_i8_stem(const int8_t *x, const int8_t *w8, const int32_t *bias_u8
         stem_rows(x, rows, rowbuf, lo < end ? end : lo, hi, lo, NW, Wp, S, Wq, p);
         base = lo;
         end = hi;
-        stem_col_rows(col, NP, rows, nr, NW, S, Wq, K4, p);
+#if defined(ES_DOT_VNNI) && defined(__AVX512VBMI__)
+        if (gathered)
+            stem_col_gather(col, NP, rows, nr, S, Wq, K4, gather, p);
+        else
+#endif
+            stem_col_rows(col, NP, rows, nr, NW, S, Wq, K4, p);
         for (v0 = 0; v0 < n; v0 += 2 * TP) { /* tiles in pairs where there are two */
             dot_block b;
             a.base = (const uint8_t *)(col + v0);
