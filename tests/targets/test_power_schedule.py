@@ -8,11 +8,15 @@ the energy counters (a fake sysfs tree) are checked against wall time and known 
 
 from __future__ import annotations
 
+import array
+import fcntl
 import json
 import os
 import subprocess
+import termios
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -220,22 +224,48 @@ def test_a_period_shorter_than_the_inference_counts_every_run_as_missed(plain):
 
 # ---- energy: RAPL and hwmon under a fake sysfs root ---------------------------------------
 
-def _counter(path: Path, start: int, step: int, stop: threading.Event) -> list[int]:
-    """Advance an energy counter file every 2 ms (atomically, as sysfs reads are), like a
-    power meter does; returns the list of values written."""
-    written = [start]
-    path.write_text(f"{start}\n")
+def _unread(fd: int) -> int:
+    """Bytes written to a pipe that no reader has taken yet (FIONREAD, either end)."""
+    buf = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, buf)
+    return buf[0]
 
-    def tick() -> None:
+
+def _counter(path: Path, start: int, step: int) -> tuple[list[int], Callable[[], None]]:
+    """An energy counter that advances by ``step`` at every read, served through a FIFO.
+
+    A counter a thread advanced on a timer made the test depend on that thread being
+    scheduled inside the 200 ms of runs: on a loaded CI machine it once was not, and the
+    bench read the same value twice. Here each read of the file takes the next value, so
+    the bench's reads (the probe in es_energy_open, the one before the runs and the one
+    after) see ``start``, ``start + step``, ``start + 2 step``: the energy of the runs is
+    exactly ``step``. Returns the values read so far and a function that stops the server."""
+    os.mkfifo(path)
+    taken: list[int] = []
+    stop = threading.Event()
+    # opened read-write, the FIFO always has a writer: a reader's open never blocks and its
+    # read waits for the line instead of seeing end-of-file between two values
+    fd = os.open(path, os.O_RDWR)
+
+    def serve() -> None:
+        value = start
         while not stop.is_set():
-            time.sleep(0.002)
-            written.append(written[-1] + step)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(f"{written[-1]}\n")
-            os.replace(tmp, path)
+            os.write(fd, f"{value}\n".encode())
+            # the next value only once a reader has taken this line whole (one read)
+            while _unread(fd) and not stop.is_set():
+                time.sleep(0.0005)
+            if not _unread(fd):
+                taken.append(value)
+                value += step
 
-    threading.Thread(target=tick, daemon=True).start()
-    return written
+    def halt() -> None:
+        stop.set()
+        server.join(5)
+        os.close(fd)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    return taken, halt
 
 
 @pytest.mark.parametrize("kind", ["rapl", "hwmon"])
@@ -244,16 +274,16 @@ def test_energy_per_inference_and_average_power_from_a_counter(plain, tmp_path, 
               else tmp_path / "sys/class/hwmon/hwmon1")
     folder.mkdir(parents=True)
     counter = folder / ("energy_uj" if kind == "rapl" else "energy2_input")
-    stop = threading.Event()
-    written = _counter(counter, 1_000_000, 500, stop)
+    taken, halt = _counter(counter, 1_000_000, 500)
     try:
         out = _bench(plain, "--runs", "10", "--warmup", "0", "--period-ms", "20",
                      "--sysfs", str(tmp_path / "sys"))
     finally:
-        stop.set()
+        halt()
     assert out["energy_source"] == str(counter) and out["energy_unavailable"] is None
+    assert taken == [1_000_000, 1_000_500, 1_001_000]  # found, read before, read after
     total_j = out["energy_j_per_inference"] * out["runs"]
-    assert 0 < total_j <= (written[-1] - written[0]) / 1e6 + 1e-9  # printed with 9 decimals
+    assert total_j == pytest.approx(500e-6, rel=1e-6)  # after - before, in joules
     assert out["avg_power_w"] == pytest.approx(total_j / (out["wall_ms"] / 1e3), rel=1e-3)
 
 
