@@ -320,27 +320,26 @@ def _cpufreq(root: Path, cpus: int) -> list[Path]:
 
 
 def test_governor_is_set_for_the_run_and_restored(plain, tmp_path):
+    """The harness reads each CPU's governor, writes the one asked for, runs, and writes
+    the old one back. cpu1's file is a FIFO holding "performance" for the harness's read;
+    every write after it stays in the pipe, so the bytes left there are the writes in order.
+    (A thread that sampled the file every 5 ms during the runs depended on being scheduled
+    inside them, as the energy counter above did before.)"""
     files = _cpufreq(tmp_path / "sys", 2)
-    # a governor write the harness makes is visible while it runs: sample it mid-run
-    stop = threading.Event()
-    seen: set[str] = set()
-
-    def watch() -> None:
-        while not stop.is_set():
-            seen.add(files[1].read_text().strip())
-            time.sleep(0.005)
-
-    th = threading.Thread(target=watch, daemon=True)
-    th.start()
+    files[1].unlink()
+    os.mkfifo(files[1])
+    # read-write: the harness's opens never block, and its read takes exactly this line
+    fd = os.open(files[1], os.O_RDWR | os.O_NONBLOCK)
     try:
+        os.write(fd, b"performance\n")
         out = _bench(plain, "--runs", "10", "--warmup", "0", "--period-ms", "20",
                      "--governor", "powersave", "--sysfs", str(tmp_path / "sys"))
+        written = os.read(fd, 4096) if _unread(fd) else b""
     finally:
-        stop.set()
-        th.join()
+        os.close(fd)
     assert out["governor"] == {"name": "powersave", "cpus": 2}
-    assert "powersave" in seen
-    assert [f.read_text().strip() for f in files] == ["performance", "performance"]
+    assert written == b"powersave" + b"performance"  # set before the runs, restored after
+    assert files[0].read_text().strip() == "performance"
 
 
 def test_governor_without_cpufreq_is_unavailable_with_the_reason(plain, tmp_path):
