@@ -36,6 +36,19 @@ def _load(folder: str, name: str):
 
 
 
+def c_int8_result(tmp_path: Path, figures: dict):
+    """A build's c-int8 result carrying a plan's figures (Plan.figures()), as check_budgets
+    sees it after a conversion: the folder holds a generated model.c and nothing else."""
+    from edgesmith.artifact import Artifact
+    from edgesmith.pipeline.stages import TargetResult
+
+    folder = tmp_path / "c-int8"
+    folder.mkdir()
+    (folder / "model.c").write_text("/* generated */\n")
+    spec = type("Spec", (), {"name": "c-int8"})()
+    return TargetResult(spec, Artifact.of(folder, "c", "int8", **figures), None, "ok")
+
+
 def _qdq(fp32: Path, calib_x: np.ndarray, out: Path) -> Path:
     from edgesmith.compress.calibration import CalibrationSet
     from edgesmith.convert.onnx_qdq import quantize_qdq

@@ -17,14 +17,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edgesmith.artifact import Artifact
 from edgesmith.errors import UsageError
 from edgesmith.pipeline.inspect import inspect
-from edgesmith.pipeline.stages import TargetResult, check_budgets
+from edgesmith.pipeline.stages import check_budgets
 from edgesmith.profiles.schema import Budgets
 from edgesmith.targets import codegen, run
 from edgesmith.targets.planner import Interval, check, lower_bound, place
-from tests.targets._helpers import model_sources
+from tests.targets._helpers import c_int8_result, model_sources
 from tests.targets._tiling_nets import quantized_pair
 from tests.targets.test_tiling import _chain_model
 
@@ -216,11 +215,7 @@ def test_the_default_plan_tells_the_arena_each_input_option_would_plan(builds, t
 def test_an_arena_budget_miss_names_what_each_input_option_would_plan(builds, tmp_path):
     """The build's budget check (exit 3) says which input option would fit."""
     _, plain, spent, _ = builds
-    folder = tmp_path / "c-int8"
-    folder.mkdir()
-    (folder / "model.c").write_text("/* generated */\n")
-    spec = type("Spec", (), {"name": "c-int8"})()
-    r = TargetResult(spec, Artifact.of(folder, "c", "int8", **plain.plan.figures()), None, "ok")
+    r = c_int8_result(tmp_path, plain.plan.figures())
     (miss,) = check_budgets([r], Budgets(arena_kb=spent.plan.arena_bytes / 1024))
     assert r.status == "budget" and f"arena {plain.plan.arena_bytes} B" in miss
     assert f"float_in_place {spent.plan.arena_bytes} B (a run consumes the input" in miss

@@ -19,6 +19,7 @@ from edgesmith.targets.ir import lower
 from edgesmith.targets.planner import plan
 from edgesmith.targets.tiling import TiledStep, TilingForce
 from edgesmith.targets.tiling_search import apply
+from tests.targets._helpers import c_int8_result
 from tests.targets._tiling_nets import mbv2_style, quantized_pair
 
 H, W = 45, 39
@@ -130,8 +131,7 @@ def test_plan_cli_shows_a_tiled_folders_grid_halo_bound_and_extra_macs(models, c
 
 
 def test_budget_even_tiling_cannot_meet_is_a_budget_miss_naming_the_figures(models, tmp_path):
-    from edgesmith.artifact import Artifact
-    from edgesmith.pipeline.stages import TargetResult, check_budgets
+    from edgesmith.pipeline.stages import check_budgets
     from edgesmith.profiles.schema import Budgets
 
     _, src, _ = models
@@ -142,11 +142,7 @@ def test_budget_even_tiling_cannot_meet_is_a_budget_miss_naming_the_figures(mode
     t = p.tiling
     assert t["applied"] and p.arena_bytes > budget  # the smallest arena, still over
     assert p.arena_bytes == min(c["arena_bytes"] for c in t["candidates"])
-    folder = tmp_path / "c-int8"
-    folder.mkdir()
-    (folder / "model.c").write_text("/* generated */\n")
-    spec = type("Spec", (), {"name": "c-int8"})()
-    r = TargetResult(spec, Artifact.of(folder, "c", "int8", **p.figures()), None, "ok")
+    r = c_int8_result(tmp_path, p.figures())
     misses = check_budgets([r], Budgets(arena_kb=budget / 1024))
     assert r.status == "budget" and len(misses) == 1
     for figure in (f"arena {p.arena_bytes} B", f"tiled {t['patches']}",
