@@ -983,9 +983,10 @@ static void stem_word(stem_walk *w, size_t tap[4], int NW, int S, int Wq,
  * arbitrary offset crosses a cache line half as often, and such loads cost more here than
  * the shuffles (ResNet-18's 7x7 stem, 29,008 word vectors: a permute of two 64-byte loads
  * took 1.1 ns a vector in isolation, of two 32-byte loads 0.7, on the AVX-512 VNNI Intel
- * Xeon the benchmarks name; the stem 621 -> 593 us in the net). The sources and indices of each word are found once per call
- * (stem_plan), for up to STEM_PLAN words; a longer patch, or taps further apart in one
- * source than 16 columns (a dilation past 5), takes the interleave. */
+ * Xeon the benchmarks name; the stem 621 -> 593 us in the net). The sources and indices of
+ * each word are found once per call (stem_plan), for up to STEM_PLAN words; a longer
+ * patch, or taps further apart in one source than 16 columns (a dilation past 5), takes
+ * the interleave. */
 #define STEM_PLAN 64
 
 typedef struct {
