@@ -354,6 +354,31 @@ void es_conv2d_f32(const float *x, const float *w, const float *b, float *y,
            (unsigned)ES_F32_DW_HQ(OW, KW, SW, DW) * (unsigned)(SW)))
 void es_conv2d_f32_gemm(const float *x, const float *w, const float *b, float *scratch,
                         float *y, const es_conv_params *p);
+/* es_conv2d_f32_wino (3 x 3, stride 1, undilated, one group; Winograd F(2 x 2, 3 x 3)):
+ * tiles of 2 x 2 outputs, TH x TW of them, worked ES_F32_WINO_RB tile rows (about 64 tiles)
+ * at a time. Scratch: C row offsets, the block's transformed input (16 planes of C rows of
+ * TP floats, at least 16 past the block's tiles, where the transforms' whole vectors spill;
+ * the planes VS = C TP + 16 floats apart, not a multiple of 4 KB, which put the 16 rows one
+ * channel writes into one L1 set), one 8-channel block's 16 GEMM outputs (16 x 8 rows of
+ * TP), the column transforms of the block's 2 RB + 2 input rows (4 rows of TWP each) and
+ * those rows padded (PROW each), two output rows and their four halves (2 TWP, 2 TWP,
+ * 4 TWP). */
+#define ES_F32_WINO_TH(OH) (((OH) + 1) / 2)
+#define ES_F32_WINO_TW(OW) (((OW) + 1) / 2)
+#define ES_F32_WINO_TWP(OW) ((ES_F32_WINO_TW(OW) + 15) / 16 * 16)
+#define ES_F32_WINO_PROW(OW) (2 * ES_F32_WINO_TWP(OW) + 16)
+#define ES_F32_WINO_RB(OH, OW)                                                                 \
+    (64 / ES_F32_WINO_TW(OW) < 1 ? 1                                                           \
+     : 64 / ES_F32_WINO_TW(OW) > ES_F32_WINO_TH(OH) ? ES_F32_WINO_TH(OH) : 64 / ES_F32_WINO_TW(OW))
+#define ES_F32_WINO_TP(OH, OW) ((ES_F32_WINO_RB(OH, OW) * ES_F32_WINO_TW(OW) + 16 + 31) / 32 * 32)
+#define ES_F32_WINO_VS(C, OH, OW) ((size_t)(C) * (size_t)ES_F32_WINO_TP(OH, OW) + 16u)
+#define ES_F32_WINO_SCRATCH(C, OH, OW)                                                         \
+    (4u * (ES_F32_K16(C) + 16u * ES_F32_WINO_VS(C, OH, OW) +                                   \
+           128u * (unsigned)ES_F32_WINO_TP(OH, OW) +                                            \
+           (unsigned)((2 * ES_F32_WINO_RB(OH, OW) + 2) * 4 + 8) * (unsigned)ES_F32_WINO_TWP(OW) + \
+           (unsigned)(2 * ES_F32_WINO_RB(OH, OW) + 2) * (unsigned)ES_F32_WINO_PROW(OW)))
+void es_conv2d_f32_wino(const float *x, const float *u, const float *b, float *scratch,
+                        float *y, const es_conv_params *p);
 void es_dwconv2d_f32(const float *x, const float *w, const float *b, float *scratch,
                      float *y, const es_conv_params *p);
 void es_conv_transpose2d_f32(const float *x, const float *w, const float *b, float *y,

@@ -1378,3 +1378,171 @@ void es_conv2d_f32_gemm(const float *x, const float *w, const float *b, float *s
     else
         gemm_phases(x, w, b, scratch, y, p);
 }
+
+/* ---- 3 x 3, stride 1: Winograd F(2 x 2, 3 x 3) ------------------------------------------
+ * Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks" (2016). Each 2 x 2
+ * block of outputs (a tile) is computed from the 4 x 4 input patch d under it as
+ *     Y = A^T [ U (.) V ] A,   V = B^T d B,   U = G g G^T (g the 3 x 3 kernel),
+ * (.) elementwise, summed over the input channels inside the brackets: for each of the 16
+ * positions xi of the 4 x 4 transformed domain, one GEMM M_xi[M][T] = U_xi[M][C] V_xi[C][T]
+ * over the T tiles. 16 multiplies per tile and channel pair where the direct conv does
+ * 4 x 9 = 36, and the GEMMs run on the micro-kernel above (mk_f32_block); the transforms
+ * are additions only, O(C T) and O(M T), not O(M C T):
+ *     B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1],  A^T = [1 1 1 0; 0 1 -1 -1],
+ *     G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1].
+ * The generator computes U once (lower/conv.py pack_f32_wino) and packs it as the GEMM
+ * packs its weights, in blocks of 16 output channels: u[mb][xi][C][16]. The larger tiles
+ * F(4 x 4, 3 x 3) would cut the multiplies to 36 / 144, but their U is 36 / 9 = 4 times the
+ * weights (16 / 9 here) and their transforms' constants (up to 8) cost float precision.
+ *
+ * Work goes in blocks of ES_F32_WINO_RB whole tile rows (Tb tiles, about 64): the block's
+ * V (16 x C rows of Tp = Tb rounded up to 32 floats) is built channel by channel, each
+ * input row's column transform once (ct) and then the row transform of each tile row; then
+ * for each 8-channel block, the 16 GEMMs into mx (16 x 8 rows of Tp) and the output
+ * transform, bias and activation, two output rows per tile row. Tiles past the plane's
+ * last row or column read zero padding and their outputs are dropped. */
+/* input row h of channel plane xc, zero outside the plane, into prow[0, n): column j of prow
+ * is input column j - PL */
+static void wino_pad_row(const float *xc, int h, float *prow, int n, const es_conv_params *p) {
+    const int a = p->PL < n ? p->PL : n, w = p->W < n - a ? p->W : n - a;
+    memset(prow, 0, sizeof(float) * (size_t)ES_F32_WINO_PROW(p->OW));
+    if (h >= 0 && h < p->H && w > 0) memcpy(prow + a, xc + (size_t)h * p->W, sizeof(float) * (size_t)w);
+}
+
+/* the column transform d B of one padded row: t[k TWp + q] over the row's 4-column patches
+ * 2q .. 2q + 3. These loops run to TWp, a multiple of 16: whole vectors, no scalar tail
+ * (with one, at TW = 28, 7 and 4, the transforms took as long as the GEMMs); the lanes
+ * past TW compute on zero padding and are never stored to the output. */
+static void wino_cols(const float *restrict d, float *restrict t, int TW, int TWp) {
+    int q;
+    for (q = 0; q < TW; ++q) {
+        t[q] = d[2 * q] - d[2 * q + 2];
+        t[TWp + q] = d[2 * q + 1] + d[2 * q + 2];
+        t[2 * TWp + q] = d[2 * q + 2] - d[2 * q + 1];
+        t[3 * TWp + q] = d[2 * q + 1] - d[2 * q + 3];
+    }
+}
+
+/* the row transform B^T over 4 column-transformed rows r0..r3, into v0..v3 (xi rows 4i + k) */
+static void wino_rows(const float *restrict r0, const float *restrict r1,
+                      const float *restrict r2, const float *restrict r3, float *restrict v0,
+                      float *restrict v1, float *restrict v2, float *restrict v3, int n) {
+    int q;
+    for (q = 0; q < n; ++q) {
+        v0[q] = r0[q] - r2[q];
+        v1[q] = r1[q] + r2[q];
+        v2[q] = r2[q] - r1[q];
+        v3[q] = r1[q] - r3[q];
+    }
+}
+
+/* channel c of the block's tile rows [ty0, ty0 + rb) into V[4 i + k][c][lr TW + tx]: each of
+ * the 2 rb + 2 input rows column-transformed once (ct), then the rows of each tile row */
+static void wino_in(const float *xc, int c, int ty0, int rb, float *ct, float *prow, float *v,
+                    int C, int Tp, const es_conv_params *p) {
+    const int TW = ES_F32_WINO_TW(p->OW), TWp = ES_F32_WINO_TWP(p->OW);
+    const size_t vs = ES_F32_WINO_VS(C, p->OH, p->OW), xs = 4 * vs; /* xi to xi + 4 */
+    const int pr = ES_F32_WINO_PROW(p->OW);
+    int i, k, lr;
+    /* all the rows first, then their transforms: a vector load of a row just written by
+     * memset and memcpy, in other widths, waits for those stores to drain */
+    for (i = 0; i < 2 * rb + 2; ++i)
+        wino_pad_row(xc, 2 * ty0 - p->PT + i, prow + (size_t)i * pr, 2 * TW + 2, p);
+    for (i = 0; i < 2 * rb + 2; ++i)
+        wino_cols(prow + (size_t)i * pr, ct + (size_t)i * 4 * TWp, TWp, TWp);
+    for (lr = 0; lr < rb; ++lr) {
+        const float *r0 = ct + (size_t)(2 * lr) * 4 * TWp;
+        for (k = 0; k < 4; ++k) {
+            float *v0 = v + (size_t)k * vs + (size_t)c * Tp + (size_t)lr * TW;
+            const size_t o = (size_t)k * TWp;
+            wino_rows(r0 + o, r0 + 4 * TWp + o, r0 + 8 * TWp + o, r0 + 12 * TWp + o, v0, v0 + xs,
+                      v0 + 2 * xs, v0 + 3 * xs, TWp); /* the lanes past TW: overwritten by
+                      the next tile row, or in the Tp - RB TW >= 16 slack of the last */
+        }
+    }
+}
+
+/* A^T M A for one tile row: m + xi s + q is tile q's M[xi]; the 2 x 2 outputs, + bias, as
+ * output rows 0 and 1 (o0, o1: columns 2q and 2q + 1), through e (4 TWp floats) */
+static void wino_out_row(const float *restrict m, size_t s, int TW, int TWp, float bias,
+                         float *restrict e, float *restrict o0, float *restrict o1) {
+    float *restrict e00 = e, *restrict e01 = e + TWp, *restrict e10 = e + 2 * TWp,
+                    *restrict e11 = e + 3 * TWp;
+    int q;
+    for (q = 0; q < TW; ++q) {
+        const float a00 = m[q] + m[s + q] + m[2 * s + q], a01 = m[s + q] - m[2 * s + q] - m[3 * s + q];
+        const float *m1 = m + 4 * s, *m2 = m + 8 * s, *m3 = m + 12 * s;
+        const float a10 = m1[q] + m1[s + q] + m1[2 * s + q],
+                    a11 = m1[s + q] - m1[2 * s + q] - m1[3 * s + q];
+        const float a20 = m2[q] + m2[s + q] + m2[2 * s + q],
+                    a21 = m2[s + q] - m2[2 * s + q] - m2[3 * s + q];
+        const float a30 = m3[q] + m3[s + q] + m3[2 * s + q],
+                    a31 = m3[s + q] - m3[2 * s + q] - m3[3 * s + q];
+        e00[q] = a00 + a10 + a20 + bias;
+        e01[q] = a01 + a11 + a21 + bias;
+        e10[q] = a10 - a20 - a30 + bias;
+        e11[q] = a11 - a21 - a31 + bias;
+    }
+    for (q = 0; q < TW; ++q) {
+        o0[2 * q] = e00[q];
+        o0[2 * q + 1] = e01[q];
+        o1[2 * q] = e10[q];
+        o1[2 * q + 1] = e11[q];
+    }
+}
+
+/* channel m's outputs of tile rows [ty0, ty0 + rb) from its 16 GEMM rows (mx + xi 8 Tp),
+ * activation on the way into the plane */
+static void wino_out(const float *mx, int Tp, float bias, int ty0, int rb, float *e, float *o0,
+                     float *o1, float *ym, const es_conv_params *p) {
+    const int TW = ES_F32_WINO_TW(p->OW), TWp = ES_F32_WINO_TWP(p->OW);
+    int lr;
+    for (lr = 0; lr < rb; ++lr) {
+        const int oh = 2 * (ty0 + lr);
+        wino_out_row(mx + (size_t)lr * TW, (size_t)8 * Tp, TWp, TWp, bias, e, o0, o1);
+        act_row(ym + (size_t)oh * p->OW, o0, p->OW, p->act, p->a0, p->a1);
+        if (oh + 1 < p->OH) act_row(ym + (size_t)(oh + 1) * p->OW, o1, p->OW, p->act, p->a0, p->a1);
+    }
+}
+
+void es_conv2d_f32_wino(const float *x, const float *u, const float *b, float *scratch,
+                        float *y, const es_conv_params *p) {
+    const int C = p->C, M = p->M, TH = ES_F32_WINO_TH(p->OH), TW = ES_F32_WINO_TW(p->OW);
+    const int RB = ES_F32_WINO_RB(p->OH, p->OW), Tp = ES_F32_WINO_TP(p->OH, p->OW);
+    const int TWp = ES_F32_WINO_TWP(p->OW);
+    int32_t *off = (int32_t *)scratch;
+    float *v = scratch + ES_F32_K16(C);
+    const size_t vs = ES_F32_WINO_VS(C, p->OH, p->OW);
+    float *mx = v + 16 * vs, *ct = mx + (size_t)16 * 8 * Tp;
+    float *prow = ct + (size_t)(2 * RB + 2) * 4 * TWp,
+          *o0 = prow + (size_t)(2 * RB + 2) * ES_F32_WINO_PROW(p->OW),
+          *o1 = o0 + 2 * TWp, *e = o1 + 2 * TWp;
+    static const float zero8[ES_F32_MR] = {0};
+    es_conv_params g = *p; /* the GEMMs: no bias, no activation (both after A^T M A) */
+    int ty0, c, k, m0, xi, j, r;
+    g.act = ES_ACT_NONE;
+    for (k = 0; k < C; ++k) off[k] = (int32_t)((size_t)k * Tp);
+    /* the lanes past a block's tiles are read, never stored: zero, not denormal garbage */
+    for (xi = 0; xi < 16; ++xi)
+        for (k = 0; k < C; ++k)
+            memset(v + xi * vs + (size_t)k * Tp + RB * TW, 0, sizeof(float) * (size_t)(Tp - RB * TW));
+    memset(mx, 0, sizeof(float) * (size_t)16 * 8 * Tp);
+    for (ty0 = 0; ty0 < TH; ty0 += RB) {
+        const int rb = TH - ty0 < RB ? TH - ty0 : RB, tb = rb * TW;
+        for (c = 0; c < C; ++c)
+            wino_in(x + (size_t)c * p->H * p->W, c, ty0, rb, ct, prow, v, C, Tp, p);
+        for (m0 = 0; m0 < M; m0 += ES_F32_MR) {
+            const int nr = M - m0 < ES_F32_MR ? M - m0 : ES_F32_MR;
+            const float *ub = u + (size_t)(m0 / ES_F32_WB) * 16 * C * ES_F32_WB + m0 % ES_F32_WB;
+            for (xi = 0; xi < 16; ++xi)
+                for (j = 0; j < tb; j += ES_F32_TP)
+                    mk_f32_block(v + xi * vs + j, off, C,
+                                 ub + (size_t)xi * C * ES_F32_WB, zero8,
+                                 mx + (size_t)xi * 8 * Tp + j, (size_t)Tp, nr,
+                                 tb - j < ES_F32_TP ? tb - j : ES_F32_TP, &g);
+            for (r = 0; r < nr; ++r)
+                wino_out(mx + (size_t)r * Tp, Tp, b[m0 + r], ty0, rb, e, o0, o1,
+                         y + (size_t)(m0 + r) * p->OH * p->OW, p);
+        }
+    }
+}

@@ -1,7 +1,8 @@
 /* Runs es_conv2d_f32 (reference) and the fp32 fast path on one random conv; exit 1 if the
  * max abs difference exceeds 1e-5 of the output's max magnitude. The fast path gets exactly
  * its scratch macro's bytes, printed ("scratch N") for the generator's formula.
- * argv: C H W M KH KW SH SW PT PL DH DW group act seed OH OW */
+ * argv: C H W M KH KW SH SW PT PL DH DW group act seed OH OW [wino]; with "wino" the fast
+ * path is es_conv2d_f32_wino (3 x 3 stride 1, one group) on weights transformed here. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,9 +20,28 @@ static float *pack16(const float *w, int M, int K) {
             wp[((size_t)(m / 16) * K + k) * 16 + m % 16] = w[(size_t)m * K + k];
     return wp;
 }
+/* U = G g G^T for each (m, c), in double, packed as lower/conv.py pack_f32_wino:
+ * u[mb][xi][c][r] = U[16 mb + r][c][xi] */
+static float *pack_wino(const float *w, int M, int C) {
+    static const double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+    const int nb = (M + 15) / 16;
+    float *u = calloc((size_t)nb * 16 * 16 * C, sizeof(float));
+    int m, c, i, j, k, l;
+    for (m = 0; m < M; ++m)
+        for (c = 0; c < C; ++c)
+            for (i = 0; i < 4; ++i)
+                for (j = 0; j < 4; ++j) {
+                    double v = 0.0;
+                    for (k = 0; k < 3; ++k)
+                        for (l = 0; l < 3; ++l)
+                            v += G[i][k] * (double)w[((size_t)m * C + c) * 9 + k * 3 + l] * G[j][l];
+                    u[(((size_t)(m / 16) * 16 + i * 4 + j) * C + c) * 16 + m % 16] = (float)v;
+                }
+    return u;
+}
 static float r(void) { s = s * 1664525u + 1013904223u; return (float)((s >> 8) % 20001u) / 10000.0f - 1.0f; }
 int main(int argc, char **argv) {
-    es_conv_params p; int i;
+    es_conv_params p; int i, wino;
     float *x, *w, *b, *y0, *y1, *sc, err = 0.0f, mag = 0.0f;
     size_t nx, nw, ny, nsc;
     memset(&p, 0, sizeof p);
@@ -37,7 +57,8 @@ int main(int argc, char **argv) {
     x = malloc(4 * nx); w = malloc(4 * nw); b = malloc(4 * (size_t)p.M);
     y0 = malloc(4 * ny); y1 = malloc(4 * ny);
     /* exactly the macro's bytes, so AddressSanitizer sees one byte past them */
-    nsc = p.group == 1 ? ES_F32_GEMM_SCRATCH(p.C, p.OH, p.OW, p.KH, p.KW, p.SH, p.SW, p.DH, p.DW,
+    wino = argc > 18 && strcmp(argv[18], "wino") == 0;
+    nsc = wino ? ES_F32_WINO_SCRATCH(p.C, p.OH, p.OW) : p.group == 1 ? ES_F32_GEMM_SCRATCH(p.C, p.OH, p.OW, p.KH, p.KW, p.SH, p.SW, p.DH, p.DW,
                                              ES_F32_GEMM_DIRECT(p.C, p.H, p.W, p.OH, p.OW, p.KH, p.KW,
                                                                 p.SH, p.SW, p.PT, p.PL))
                        : ES_F32_DW_SCRATCH(p.OH, p.OW, p.KH, p.KW, p.SH, p.SW, p.DH, p.DW);
@@ -47,7 +68,12 @@ int main(int argc, char **argv) {
     for (i = 0; i < (int)nw; ++i) w[i] = r();
     for (i = 0; i < p.M; ++i) b[i] = r();
     es_conv2d_f32(x, w, b, y0, &p);
-    if (p.group == 1) {
+    if (wino) {
+        float *u = pack_wino(w, p.M, p.C);
+        es_conv2d_f32_wino(x, u, b, sc, y1, &p);
+        free(u);
+    }
+    else if (p.group == 1) {
         float *wp = pack16(w, p.M, p.C * p.KH * p.KW);
         es_conv2d_f32_gemm(x, wp, b, sc, y1, &p);
         free(wp);
