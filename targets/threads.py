@@ -68,6 +68,8 @@ RULES: dict[str, _Rule] = {
     # before it [M][K]): channel m0, a multiple of 16, starts at m0 * K either way
     "es_conv2d_f32_gemm": _Rule(16, lambda p: p["C"] * p["KH"] * p["KW"], per_channel=(2,),
                                 scratch=3, y=4),
+    # u [M/16][16][C][16] (lower/conv.py pack_f32_wino): 16 C floats a channel, blocks of 16
+    "es_conv2d_f32_wino": _Rule(16, lambda p: 16 * p["C"], per_channel=(2,), scratch=3, y=4),
     # w [C][1][KH][KW] float; channels are independent planes
     "es_dwconv2d_f32": _Rule(1, lambda p: p["KH"] * p["KW"], per_channel=(2,), scratch=3,
                              y=4, depthwise=True),

@@ -38,7 +38,7 @@ from .graph import Call, Graph, Ref, Step
 from .planner import Interval, align, place
 
 CONV_KERNELS = frozenset({
-    "es_conv2d_f32", "es_conv2d_f32_gemm", "es_dwconv2d_f32", "es_conv2d_i8",
+    "es_conv2d_f32", "es_conv2d_f32_gemm", "es_conv2d_f32_wino", "es_dwconv2d_f32", "es_conv2d_i8",
     "es_conv2d_i8_fast", "es_conv2d_i8_gemm", "es_conv2d_i8_dot", "es_conv2d_i8_cl",
     "es_dwconv2d_i8_hwc", "es_conv2d_i8_mcu", "es_dwconv2d_i8_mcu", "es_conv2d_i8_stem",
     "es_conv2d_i8_dot_add"})

@@ -46,6 +46,7 @@ STEM_NS_PER_MAC = 0.0131  # per MAC of 16-column output blocks (padded columns c
 GEMM_NS_PER_MAC = 0.0075  # int8 GEMM kernels (dot, channels-last, fast)
 # fp32 and portable kernels: rough per-MAC costs relative to the int8 GEMM
 NS_PER_MAC = {"es_dwconv2d_f32": 0.15, "es_conv2d_f32": 0.12, "es_conv2d_f32_gemm": 0.03,
+              "es_conv2d_f32_wino": 0.02,
               "es_conv2d_i8": 0.05, "es_conv2d_i8_mcu": 0.05, "es_dwconv2d_i8_mcu": 0.15}
 CALL_NS = 500.0  # set-up of one kernel call
 COPY_NS_PER_BYTE = 0.15

@@ -166,6 +166,27 @@ def gemm_f32_scratch(p: dict) -> int:
                 + p["C"] * p["SH"] * p["SW"] * (hq * wq + wq + 32) + wq * p["SW"])
 
 
+def wino_f32_geometry(oh: int, ow: int) -> tuple[int, int, int, int]:
+    """Tile rows TH, tiles per row TW, tile rows per block RB and the rows' pitch TP of
+    es_conv2d_f32_wino (ES_F32_WINO_*): 2 x 2 outputs a tile, blocks of about 64 tiles, rows
+    16 floats longer than a block's tiles at least (the transforms' whole vectors spill)."""
+    th, tw = (oh + 1) // 2, (ow + 1) // 2
+    rb = min(th, max(1, 64 // tw))
+    return th, tw, rb, -(-(rb * tw + 16) // 32) * 32
+
+
+def wino_f32_scratch(p: dict) -> int:
+    """Bytes of es_conv2d_f32_wino scratch; mirrors ES_F32_WINO_SCRATCH: C row offsets, the
+    block's transformed input (16 planes of C rows of TP floats, 16 floats apart beyond
+    that) and one 8-channel block's 16 x 8 GEMM rows (TP floats each), the column transforms
+    of the block's 2 RB + 2 input rows and those rows padded, two output rows and their
+    four halves."""
+    _, tw, rb, tp = wino_f32_geometry(p["OH"], p["OW"])
+    twp = -(-tw // 16) * 16
+    return 4 * (-(-p["C"] // 16) * 16 + 16 * (p["C"] * tp + 16) + 128 * tp
+                + ((2 * rb + 2) * 4 + 8) * twp + (2 * rb + 2) * (2 * twp + 16))
+
+
 def use_cl(p: dict) -> bool:
     """Whether es_conv2d_i8_cl (output channels in lanes) beats es_conv2d_i8_dot (pixels in
     lanes) for conv params ``p``, unless rounding M up to its 32-channel tiles wastes over a
@@ -251,6 +272,10 @@ CONV_F32_GEMM = Kernel("es_conv2d_f32_gemm", lambda p: gemm_f32_scratch(p),
                        lambda p: "ES_F32_GEMM_SCRATCH({}, {})".format(
                            _args(p, "C", "OH", "OW", "KH", "KW", "SH", "SW", "DH", "DW"),
                            int(gemm_f32_direct(p))))
+# float32, 3 x 3 stride 1: Winograd F(2 x 2, 3 x 3), the transformed input and one channel
+# block's 16 GEMM outputs
+CONV_F32_WINO = Kernel("es_conv2d_f32_wino", lambda p: wino_f32_scratch(p),
+                       lambda p: "ES_F32_WINO_SCRATCH({})".format(_args(p, "C", "OH", "OW")))
 DWCONV_F32 = Kernel("es_dwconv2d_f32", lambda p: dw_f32_scratch(p),
                     lambda p: "ES_F32_DW_SCRATCH({})".format(
                         _args(p, "OH", "OW", "KH", "KW", "SH", "SW", "DH", "DW")))

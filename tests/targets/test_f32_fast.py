@@ -145,3 +145,148 @@ def test_generated_model_with_packed_conv_weights_matches_onnxruntime(tmp_path):
     got = run.run(out, x.numpy())
     ref = ort_run(onnx_path, x.numpy())
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+
+
+# C H W M KH KW SH SW PT PL DH DW group act seed OH OW: Winograd F(2x2, 3x3) edges
+WINO_CASES = [
+    [16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 301, 8, 8],      # one block, 16 tiles
+    [17, 9, 11, 21, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 302, 9, 11],    # odd OH and OW: the last
+    # tile row and column half outside; M = 16 + 5, C not a multiple of 16
+    [32, 56, 56, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 303, 56, 56],  # ResNet layer1-like: 14
+    # blocks of 2 tile rows of 28
+    [24, 7, 7, 40, 3, 3, 1, 1, 0, 0, 1, 1, 1, 2, 304, 5, 5],      # unpadded, clip
+    [20, 10, 13, 19, 3, 3, 1, 1, 2, 0, 1, 1, 1, 3, 305, 12, 11],  # 2 rows of padding on top,
+    # none left: the plane's edges in every patch position; leaky
+    [40, 30, 3, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 306, 30, 3],    # 2 tiles a row: blocks of
+    # 15 tile rows (30 tiles), one partial block
+    [16, 70, 70, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 5, 307, 70, 70],  # TW = 35 > 32: rows of
+    # three vectors' transforms, one tile row a block (RB = 1); HardSwish
+    [64, 2, 40, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 308, 2, 40],    # one tile row in all
+]
+
+
+@pytest.mark.parametrize(("name", "cc", "flags", "wrapper"), FLAVOURS)
+def test_wino_f32_conv_matches_reference(name, cc, flags, wrapper, tmp_path):
+    """es_conv2d_f32_wino on weights transformed by the check (U = G g G^T in double) agrees
+    with the direct reference to 1e-5 of the output magnitude: the transforms add and
+    subtract at most 4 values twice (input) and 3 values twice (output), with constants
+    0, +-1 and +-1/2, so the rounding stays of the direct sum's order."""
+    flags = [*flags, "-mfma"] if name == "avx2" else flags
+    b = tmp_path / f"check_{name}"
+    subprocess.run([cc, *flags, "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{RT}",
+                    str(CHECK), str(RT / "kernels/conv_f32.c"),
+                    str(RT / "kernels/conv_f32_fast.c"), str(RT / "kernels/dwconv_f32.c"),
+                    "-o", str(b), "-lm"], check=True)
+    for args in WINO_CASES:
+        p = subprocess.run([*wrapper, str(b), *map(str, args), "wino"], capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 0, f"{name} {args}: {p.stdout}{p.stderr}"
+        assert p.stdout.splitlines()[-1].startswith("ok"), p.stdout
+
+
+def test_wino_f32_stays_inside_its_scratch_and_the_generator_plans_it(tmp_path):
+    """Under AddressSanitizer and UBSan with exactly ES_F32_WINO_SCRATCH bytes: the
+    transforms' whole vectors past a block's tiles stay inside it; kernels.wino_f32_scratch
+    plans the same bytes as the macro."""
+    from edgesmith.targets.lower import kernels as K
+
+    b = tmp_path / "check_asan"
+    subprocess.run(["cc", "-O1", "-g", "-march=native", "-fsanitize=address,undefined",
+                    "-fno-sanitize-recover", "-std=c99", "-Wall", "-Wextra", "-Werror",
+                    f"-I{RT}", str(CHECK), str(RT / "kernels/conv_f32.c"),
+                    str(RT / "kernels/conv_f32_fast.c"), str(RT / "kernels/dwconv_f32.c"),
+                    "-o", str(b), "-lm"], check=True)
+    env = {"ASAN_OPTIONS": "detect_leaks=0", "PATH": "/usr/bin:/bin"}
+    for args in WINO_CASES:
+        p = subprocess.run([str(b), *map(str, args), "wino"], capture_output=True, text=True,
+                           timeout=120, env=env)
+        assert p.returncode == 0, f"{args}: {p.stdout}{p.stderr}"
+        got = int(next(x for x in p.stdout.splitlines() if x.startswith("scratch")).split()[1])
+        assert got == K.CONV_F32_WINO.scratch({"C": args[0], "OH": args[15], "OW": args[16]})
+
+
+def test_pack_f32_wino_is_g_g_gt_in_16_channel_blocks():
+    """A kernel that is one tap at the centre transforms to the outer product of G's middle
+    column (U = G g G^T); the layout is u[mb][xi][c][r], channels past M zero."""
+    from edgesmith.targets.lower.conv import WINO_G, pack_f32_wino
+
+    w = np.zeros((3, 2, 3, 3), np.float32)
+    w[1, 0, 1, 1] = 1.0
+    w[2, 1] = np.arange(9, dtype=np.float32).reshape(3, 3)
+    u = pack_f32_wino(w)
+    assert u.shape == (1, 16, 2, 16)
+    assert np.array_equal(u[0, :, 0, 1], np.outer(WINO_G[:, 1], WINO_G[:, 1]).ravel())
+    assert np.allclose(u[0, :, 1, 2], (WINO_G @ w[2, 1].astype(np.float64) @ WINO_G.T).ravel())
+    assert not u[0, :, :, 3:].any() and not u[0, :, 1, 1].any()
+
+
+def _resnet_block():
+    import torch
+
+    class Block(torch.nn.Module):
+        """a stem, then a ResNet basic block: two 3x3 stride-1 convs and the skip"""
+
+        def __init__(self):
+            super().__init__()
+            self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, 24, 3, 2, 1), torch.nn.ReLU())
+            self.a = torch.nn.Sequential(torch.nn.Conv2d(24, 24, 3, 1, 1),
+                                         torch.nn.BatchNorm2d(24), torch.nn.ReLU())
+            self.b = torch.nn.Sequential(torch.nn.Conv2d(24, 24, 3, 1, 1),
+                                         torch.nn.BatchNorm2d(24))
+            self.head = torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                            torch.nn.Linear(24, 10))
+
+        def forward(self, x):
+            y = self.stem(x)
+            return self.head(torch.relu(self.b(self.a(y)) + y))
+
+    torch.manual_seed(0)
+    net = Block()
+    for m in net.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.2, 0.2)
+            m.running_var.uniform_(0.5, 1.5)
+    return net.eval()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_generated_model_with_winograd_convs_matches_onnxruntime(threads, tmp_path):
+    """A ResNet basic block on a 30 x 27 input (15 x 14 planes: odd tile columns, 56 tiles):
+    both 3 x 3 stride-1 convs run as Winograd, the stride-2 stem as the GEMM, and the C
+    output matches onnxruntime, single-threaded and with the convs' channels split over two
+    threads (the packed U sliced in 16-channel blocks)."""
+    import torch
+
+    from edgesmith.targets import run
+    from edgesmith.targets.ir import lower
+    from tests.targets._helpers import export, generate, ort_run
+
+    x = torch.randn(1, 3, 30, 27)
+    onnx_path = export(_resnet_block(), x, tmp_path / "m.onnx")
+    fns = [c.fn for st in lower(onnx_path, "fp32").steps for c in st.calls]
+    assert fns.count("es_conv2d_f32_wino") == 2 and fns.count("es_conv2d_f32_gemm") == 1
+    out = generate(onnx_path, tmp_path / "c", precision="fp32", threads=threads,
+                   split_min_macs=0)
+    if threads > 1:  # each conv's 24 channels as two calls, 16 + 8
+        assert (out / "model.c").read_text().count("es_conv2d_f32_wino(") == 4
+    got = run.run(out, x.numpy())
+    np.testing.assert_allclose(got, ort_run(onnx_path, x.numpy()), rtol=1e-4, atol=1e-5)
+
+
+def test_winograd_is_not_chosen_for_small_planes_strides_or_microcontrollers(tmp_path):
+    """7 x 7 planes (16 tiles: the GEMM, see use_wino), stride 2, 1x1, fewer than 16
+    channels, and any conv for a Cortex-M (its flash would hold 16 / 9 of the weights)."""
+    from types import SimpleNamespace
+
+    from edgesmith.targets.isa import MCU_ARCHS
+    from edgesmith.targets.lower.conv import use_wino
+
+    base = {"C": 64, "M": 64, "H": 28, "W": 28, "OH": 28, "OW": 28, "KH": 3, "KW": 3,
+            "SH": 1, "SW": 1, "DH": 1, "DW": 1}
+    host = SimpleNamespace(isa=frozenset())  # what use_wino reads of the Lowerer
+    assert use_wino(host, base)
+    for change in ({"OH": 7, "OW": 7, "H": 7, "W": 7}, {"SH": 2, "SW": 2, "OH": 14, "OW": 14},
+                   {"KH": 1, "KW": 1}, {"C": 8}, {"M": 12}, {"DH": 2, "DW": 2}):
+        assert not use_wino(host, {**base, **change}), change
+    mcu = SimpleNamespace(isa=frozenset({sorted(MCU_ARCHS)[0], "__ARM_FEATURE_DSP"}))
+    assert not use_wino(mcu, base)
