@@ -9,14 +9,13 @@ has another reader is not fused."""
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.targets.test_int8_fast import FLAVOURS, RT
+from tests.targets.test_f32_fast import build_f32_check
+from tests.targets.test_int8_fast import FLAVOURS
 
-CHECK = Path(__file__).parent / "c" / "conv_f32_check.c"
 FUSED = (4, 5, 6, 7)  # ES_ACT_HARDSWISH, _SIGMOID, _SILU, _HARDSIGMOID (edgesmith_rt.h)
 
 # C H W M KH KW SH SW PT PL DH DW group (act, seed, OH, OW follow): the paths an epilogue
@@ -43,12 +42,7 @@ def _cases():
 @pytest.mark.parametrize(("name", "cc", "flags", "wrapper"), FLAVOURS)
 def test_fused_activations_in_fast_f32_kernels_match_reference(name, cc, flags, wrapper,
                                                                 tmp_path):
-    flags = [*flags, "-mfma"] if name == "avx2" else flags
-    b = tmp_path / f"check_{name}"
-    subprocess.run([cc, *flags, "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{RT}",
-                    str(CHECK), str(RT / "kernels/conv_f32.c"),
-                    str(RT / "kernels/conv_f32_fast.c"), str(RT / "kernels/dwconv_f32.c"),
-                    "-o", str(b), "-lm"], check=True)
+    b = build_f32_check(tmp_path / f"check_{name}", cc, flags, name)
     for args in _cases():
         p = subprocess.run([*wrapper, str(b), *map(str, args)], capture_output=True, text=True,
                            timeout=60)

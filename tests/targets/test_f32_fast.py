@@ -18,6 +18,23 @@ from tests.targets.test_int8_fast import FLAVOURS, RT, conv_case
 CHECK = Path(__file__).parent / "c" / "conv_f32_check.c"
 
 
+def build_f32_check(out: Path, cc: str = "cc", flags: list[str] | None = None,
+                    name: str = "") -> Path:
+    """conv_f32_check.c with the reference and every fp32 conv kernel, built by ``cc`` with
+    ``flags`` (the AVX2 flavour gets -mfma as well), or with None under AddressSanitizer and
+    UBSan at -O1 for this CPU."""
+    if flags is None:
+        flags = ["-O1", "-g", "-march=native", "-fsanitize=address,undefined",
+                 "-fno-sanitize-recover"]
+    elif name == "avx2":
+        flags = [*flags, "-mfma"]
+    subprocess.run([cc, *flags, "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{RT}",
+                    str(CHECK), str(RT / "kernels/conv_f32.c"),
+                    str(RT / "kernels/conv_f32_fast.c"), str(RT / "kernels/dwconv_f32.c"),
+                    "-o", str(out), "-lm"], check=True)
+    return out
+
+
 # C H W M KH KW SH SW PT PL DH DW group act seed OH OW: shapes of the packed GEMM's edges
 GEMM_CASES = [
     [96, 1, 1, 24, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 201, 1, 1],    # squeeze-excite: channel lanes
@@ -75,12 +92,7 @@ def _cases(n: int, seed: int = 1):
 
 @pytest.mark.parametrize(("name", "cc", "flags", "wrapper"), FLAVOURS)
 def test_fast_f32_conv_matches_reference(name, cc, flags, wrapper, tmp_path):
-    flags = [*flags, "-mfma"] if name == "avx2" else flags
-    b = tmp_path / f"check_{name}"
-    subprocess.run([cc, *flags, "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{RT}",
-                    str(CHECK), str(RT / "kernels/conv_f32.c"),
-                    str(RT / "kernels/conv_f32_fast.c"), str(RT / "kernels/dwconv_f32.c"),
-                    "-o", str(b), "-lm"], check=True)
+    b = build_f32_check(tmp_path / f"check_{name}", cc, flags, name)
     for args in _cases(24 if wrapper else 60):
         p = subprocess.run([*wrapper, str(b), *map(str, args)], capture_output=True, text=True,
                            timeout=60)
@@ -92,12 +104,7 @@ def test_fast_f32_gemm_stays_inside_its_scratch_and_the_generator_plans_it(tmp_p
     the stride phases), and kernels.gemm_f32_scratch plans the same bytes as the macro."""
     from edgesmith.targets.lower import kernels as K
 
-    b = tmp_path / "check_asan"
-    subprocess.run(["cc", "-O1", "-g", "-march=native", "-fsanitize=address,undefined",
-                    "-fno-sanitize-recover", "-std=c99", "-Wall", "-Wextra", "-Werror",
-                    f"-I{RT}", str(CHECK), str(RT / "kernels/conv_f32.c"),
-                    str(RT / "kernels/conv_f32_fast.c"), str(RT / "kernels/dwconv_f32.c"),
-                    "-o", str(b), "-lm"], check=True)
+    b = build_f32_check(tmp_path / "check_asan")
     keys = ["C", "H", "W", "M", "KH", "KW", "SH", "SW", "PT", "PL", "DH", "DW", "group"]
     env = {"ASAN_OPTIONS": "detect_leaks=0", "PATH": "/usr/bin:/bin"}
     for args in _cases(30, seed=5):
@@ -171,12 +178,7 @@ def test_wino_f32_conv_matches_reference(name, cc, flags, wrapper, tmp_path):
     with the direct reference to 1e-5 of the output magnitude: the transforms add and
     subtract at most 4 values twice (input) and 3 values twice (output), with constants
     0, +-1 and +-1/2, so the rounding stays of the direct sum's order."""
-    flags = [*flags, "-mfma"] if name == "avx2" else flags
-    b = tmp_path / f"check_{name}"
-    subprocess.run([cc, *flags, "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{RT}",
-                    str(CHECK), str(RT / "kernels/conv_f32.c"),
-                    str(RT / "kernels/conv_f32_fast.c"), str(RT / "kernels/dwconv_f32.c"),
-                    "-o", str(b), "-lm"], check=True)
+    b = build_f32_check(tmp_path / f"check_{name}", cc, flags, name)
     for args in WINO_CASES:
         p = subprocess.run([*wrapper, str(b), *map(str, args), "wino"], capture_output=True,
                            text=True, timeout=120)
@@ -190,12 +192,7 @@ def test_wino_f32_stays_inside_its_scratch_and_the_generator_plans_it(tmp_path):
     plans the same bytes as the macro."""
     from edgesmith.targets.lower import kernels as K
 
-    b = tmp_path / "check_asan"
-    subprocess.run(["cc", "-O1", "-g", "-march=native", "-fsanitize=address,undefined",
-                    "-fno-sanitize-recover", "-std=c99", "-Wall", "-Wextra", "-Werror",
-                    f"-I{RT}", str(CHECK), str(RT / "kernels/conv_f32.c"),
-                    str(RT / "kernels/conv_f32_fast.c"), str(RT / "kernels/dwconv_f32.c"),
-                    "-o", str(b), "-lm"], check=True)
+    b = build_f32_check(tmp_path / "check_asan")
     env = {"ASAN_OPTIONS": "detect_leaks=0", "PATH": "/usr/bin:/bin"}
     for args in WINO_CASES:
         p = subprocess.run([str(b), *map(str, args), "wino"], capture_output=True, text=True,

@@ -13,14 +13,12 @@ agrees with onnxruntime."""
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.targets.test_int8_fast import FLAVOURS, RT
-
-CHECK = Path(__file__).parent / "c" / "conv_f32_check.c"
+from tests.targets.test_f32_fast import build_f32_check
+from tests.targets.test_int8_fast import FLAVOURS
 
 # C H W M KH KW SH SW PT PL DH DW group act seed OH OW
 CASES = [
@@ -63,12 +61,7 @@ CASES = [
 
 @pytest.mark.parametrize(("name", "cc", "flags", "wrapper"), FLAVOURS)
 def test_small_plane_gemm_matches_reference(name, cc, flags, wrapper, tmp_path):
-    flags = [*flags, "-mfma"] if name == "avx2" else flags
-    b = tmp_path / f"check_{name}"
-    subprocess.run([cc, *flags, "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{RT}",
-                    str(CHECK), str(RT / "kernels/conv_f32.c"),
-                    str(RT / "kernels/conv_f32_fast.c"), str(RT / "kernels/dwconv_f32.c"),
-                    "-o", str(b), "-lm"], check=True)
+    b = build_f32_check(tmp_path / f"check_{name}", cc, flags, name)
     for args in CASES:
         p = subprocess.run([*wrapper, str(b), *map(str, args)], capture_output=True, text=True,
                            timeout=60)
@@ -77,12 +70,7 @@ def test_small_plane_gemm_matches_reference(name, cc, flags, wrapper, tmp_path):
 
 def test_small_plane_gemm_stays_inside_its_scratch(tmp_path):
     """Under AddressSanitizer, with exactly ES_F32_GEMM_SCRATCH bytes of scratch."""
-    b = tmp_path / "check_asan"
-    subprocess.run(["cc", "-O1", "-g", "-march=native", "-fsanitize=address,undefined",
-                    "-fno-sanitize-recover", "-std=c99", "-Wall", "-Wextra", "-Werror",
-                    f"-I{RT}", str(CHECK), str(RT / "kernels/conv_f32.c"),
-                    str(RT / "kernels/conv_f32_fast.c"), str(RT / "kernels/dwconv_f32.c"),
-                    "-o", str(b), "-lm"], check=True)
+    b = build_f32_check(tmp_path / "check_asan")
     env = {"ASAN_OPTIONS": "detect_leaks=0", "PATH": "/usr/bin:/bin"}
     for args in CASES:
         p = subprocess.run([str(b), *map(str, args)], capture_output=True, text=True,
