@@ -105,7 +105,7 @@ def use_wino(L: Lowerer, p: dict) -> bool:
     7 x 7 plane is 16 tiles (64 outputs computed for 49) and its U, 16.8 MB against the
     GEMM's 9.4 MB of weights, is streamed from memory once per call: a tenth faster for
     1.8 times the weights, so planes that small keep the GEMM."""
-    th, tw = (p["OH"] + 1) // 2, (p["OW"] + 1) // 2
+    th, tw, _, _ = K.wino_f32_geometry(p["OH"], p["OW"])
     return (p["KH"] == p["KW"] == 3 and p["SH"] == p["SW"] == 1 and p["DH"] == p["DW"] == 1
             and p["C"] >= WINO_MIN_C and p["M"] >= WINO_MIN_C and p["H"] > 1
             and th * tw > WINO_MIN_TILES and not (L.isa & MCU_ARCHS))

@@ -164,8 +164,8 @@ WINO_CASES = [
     [24, 7, 7, 40, 3, 3, 1, 1, 0, 0, 1, 1, 1, 2, 304, 5, 5],      # unpadded, clip
     [20, 10, 13, 19, 3, 3, 1, 1, 2, 0, 1, 1, 1, 3, 305, 12, 11],  # 2 rows of padding on top,
     # none left: the plane's edges in every patch position; leaky
-    [40, 30, 3, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 306, 30, 3],    # 2 tiles a row: blocks of
-    # 15 tile rows (30 tiles), one partial block
+    [40, 70, 3, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 306, 70, 3],    # 2 tiles a row: a block of
+    # 32 tile rows (64 tiles), then a partial one of 3 (rb < RB)
     [16, 70, 70, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 5, 307, 70, 70],  # TW = 35 > 32: rows of
     # three vectors' transforms, one tile row a block (RB = 1); HardSwish
     [64, 2, 40, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 308, 2, 40],    # one tile row in all

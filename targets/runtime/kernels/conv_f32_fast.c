@@ -1396,7 +1396,7 @@ void es_conv2d_f32_gemm(const float *x, const float *w, const float *b, float *s
  * weights (16 / 9 here) and their transforms' constants (up to 8) cost float precision.
  *
  * Work goes in blocks of ES_F32_WINO_RB whole tile rows (Tb tiles, about 64): the block's
- * V (16 x C rows of Tp = Tb rounded up to 32 floats) is built channel by channel, each
+ * V (16 x C rows of Tp = Tb + 16 rounded up to 32 floats) is built channel by channel, each
  * input row's column transform once (ct) and then the row transform of each tile row; then
  * for each 8-channel block, the 16 GEMMs into mx (16 x 8 rows of Tp) and the output
  * transform, bias and activation, two output rows per tile row. Tiles past the plane's
@@ -1413,9 +1413,9 @@ static void wino_pad_row(const float *xc, int h, float *prow, int n, const es_co
  * 2q .. 2q + 3. These loops run to TWp, a multiple of 16: whole vectors, no scalar tail
  * (with one, at TW = 28, 7 and 4, the transforms took as long as the GEMMs); the lanes
  * past TW compute on zero padding and are never stored to the output. */
-static void wino_cols(const float *restrict d, float *restrict t, int TW, int TWp) {
+static void wino_cols(const float *restrict d, float *restrict t, int TWp) {
     int q;
-    for (q = 0; q < TW; ++q) {
+    for (q = 0; q < TWp; ++q) {
         t[q] = d[2 * q] - d[2 * q + 2];
         t[TWp + q] = d[2 * q + 1] + d[2 * q + 2];
         t[2 * TWp + q] = d[2 * q + 2] - d[2 * q + 1];
@@ -1449,7 +1449,7 @@ static void wino_in(const float *xc, int c, int ty0, int rb, float *ct, float *p
     for (i = 0; i < 2 * rb + 2; ++i)
         wino_pad_row(xc, 2 * ty0 - p->PT + i, prow + (size_t)i * pr, 2 * TW + 2, p);
     for (i = 0; i < 2 * rb + 2; ++i)
-        wino_cols(prow + (size_t)i * pr, ct + (size_t)i * 4 * TWp, TWp, TWp);
+        wino_cols(prow + (size_t)i * pr, ct + (size_t)i * 4 * TWp, TWp);
     for (lr = 0; lr < rb; ++lr) {
         const float *r0 = ct + (size_t)(2 * lr) * 4 * TWp;
         for (k = 0; k < 4; ++k) {
@@ -1462,16 +1462,17 @@ static void wino_in(const float *xc, int c, int ty0, int rb, float *ct, float *p
     }
 }
 
-/* A^T M A for one tile row: m + xi s + q is tile q's M[xi]; the 2 x 2 outputs, + bias, as
- * output rows 0 and 1 (o0, o1: columns 2q and 2q + 1), through e (4 TWp floats) */
-static void wino_out_row(const float *restrict m, size_t s, int TW, int TWp, float bias,
+/* A^T M A for one tile row (TWp tiles, as wino_cols): m + xi s + q is tile q's M[xi]; the
+ * 2 x 2 outputs, + bias, as output rows 0 and 1 (o0, o1: columns 2q and 2q + 1), through e
+ * (4 TWp floats). a_i0, a_i1: row i of M A. */
+static void wino_out_row(const float *restrict m, size_t s, int TWp, float bias,
                          float *restrict e, float *restrict o0, float *restrict o1) {
+    const float *m1 = m + 4 * s, *m2 = m + 8 * s, *m3 = m + 12 * s;
     float *restrict e00 = e, *restrict e01 = e + TWp, *restrict e10 = e + 2 * TWp,
                     *restrict e11 = e + 3 * TWp;
     int q;
-    for (q = 0; q < TW; ++q) {
+    for (q = 0; q < TWp; ++q) {
         const float a00 = m[q] + m[s + q] + m[2 * s + q], a01 = m[s + q] - m[2 * s + q] - m[3 * s + q];
-        const float *m1 = m + 4 * s, *m2 = m + 8 * s, *m3 = m + 12 * s;
         const float a10 = m1[q] + m1[s + q] + m1[2 * s + q],
                     a11 = m1[s + q] - m1[2 * s + q] - m1[3 * s + q];
         const float a20 = m2[q] + m2[s + q] + m2[2 * s + q],
@@ -1483,7 +1484,7 @@ static void wino_out_row(const float *restrict m, size_t s, int TW, int TWp, flo
         e10[q] = a10 - a20 - a30 + bias;
         e11[q] = a11 - a21 - a31 + bias;
     }
-    for (q = 0; q < TW; ++q) {
+    for (q = 0; q < TWp; ++q) {
         o0[2 * q] = e00[q];
         o0[2 * q + 1] = e01[q];
         o1[2 * q] = e10[q];
@@ -1499,7 +1500,7 @@ static void wino_out(const float *mx, int Tp, float bias, int ty0, int rb, float
     int lr;
     for (lr = 0; lr < rb; ++lr) {
         const int oh = 2 * (ty0 + lr);
-        wino_out_row(mx + (size_t)lr * TW, (size_t)8 * Tp, TWp, TWp, bias, e, o0, o1);
+        wino_out_row(mx + (size_t)lr * TW, (size_t)8 * Tp, TWp, bias, e, o0, o1);
         act_row(ym + (size_t)oh * p->OW, o0, p->OW, p->act, p->a0, p->a1);
         if (oh + 1 < p->OH) act_row(ym + (size_t)(oh + 1) * p->OW, o1, p->OW, p->act, p->a0, p->a1);
     }
