@@ -61,6 +61,17 @@ def sweep_cases() -> list[tuple]:
             (3, 40, 30, 3, 1, 1, 1, 1, 1, 1, 2), (3, 41, 35, 3, 2, 1, 1, 0, 1, 1, 1),
             (2, 37, 29, 5, 1, 2, 1, 0, 2, 1, 5), (2, 45, 41, 5, 2, 1, 2, 2, 1, 1, 6)):
         out.append((c, h, w, k, k, s, s, pt, pl, pb, pr, 1, dw_, act))
+    # the flattened small planes (ES_DW_FLAT): 16 vectors (16x16), 13 with a last one of 4
+    # lanes (14x14), 7x7 with 5x5 taps and 2 channel pairs, the smallest plane (3x3: rows
+    # only for the channels clear of both ends), a taller input than output (PT = PB = 0),
+    # padding 2 above and 0 below, and 5x5 and 3x3 with the columns off centre (masked loads
+    # only)
+    for c, h, w, k, pt, pl, pb, pr, act in (
+            (21, 16, 16, 3, 1, 1, 1, 1, 2), (40, 14, 14, 3, 1, 1, 1, 1, 6),
+            (19, 7, 7, 5, 2, 2, 2, 2, 1), (9, 3, 3, 3, 1, 1, 1, 1, 0),
+            (7, 12, 10, 3, 0, 1, 0, 1, 4), (5, 11, 13, 3, 2, 1, 0, 1, 5),
+            (6, 8, 8, 5, 1, 3, 3, 1, 2), (11, 9, 9, 3, 1, 0, 1, 2, 3)):
+        out.append((c, h, w, k, k, 1, 1, pt, pl, pb, pr, 1, 1, act))
     # what the compile-time rows leave to the direct rows (3x5, 7x7, dilated along the row)
     # and to the phases (dilated rows, a row past ES_DWD_MAXOW, stride 3)
     out += [(3, 9, 70, 3, 5, 2, 2, 1, 2, 1, 2, 1, 1, 2),
@@ -71,8 +82,29 @@ def sweep_cases() -> list[tuple]:
     return out
 
 
+def _flat(g: dict) -> bool:
+    """ES_DW_FLAT: stride 1, undilated, the input as wide as the output, 3x3 on planes of 9
+    to 256 outputs, 5x5 on planes of 9 to 64."""
+    n = g["OH"] * g["OW"]
+    return (g["SH"] == g["SW"] == 1 and g["DH"] == g["DW"] == 1 and g["OW"] == g["W"]
+            and n >= 9 and ((g["KH"] == g["KW"] == 3 and n <= 256)
+                            or (g["KH"] == g["KW"] == 5 and n <= 64)))
+
+
+def _flat_rows(g: dict) -> bool:
+    """Whether some channels of a flat plane share each tap row's loads (dwf_channel_rows):
+    centred columns (PL = K / 2) and a channel whose whole-vector reads stay inside the
+    tensor (dwf_nv's lo < hi)."""
+    hw, k, nv = g["H"] * g["W"], g["KH"], -(-g["OH"] * g["OW"] // 16)
+    lo = -(-(g["PT"] * g["W"] + 16) // hw)
+    above = 16 * (nv + 1) + (k - 1 - g["PT"]) * g["W"] - hw
+    return g["PL"] == k // 2 and lo < g["C"] - (-(-above // hw) if above > 0 else 0)
+
+
 def _path(g: dict) -> str:
     """The path es_dwconv2d_f32 takes on an AVX-512 build (its dispatch, in Python)."""
+    if _flat(g):
+        return "flat rows" if _flat_rows(g) else "flat"
     k = (g["KH"] == g["KW"] and g["KH"] in (3, 5) and g["SH"] == g["SW"] and g["SH"] in (1, 2)
          and g["DH"] == 1 and g["DW"] == 1)
     if k and (g["OW"] >= 12 or not dw_f32_lanes(g)):
@@ -99,6 +131,7 @@ def test_the_sweep_reaches_every_path():
     paths = [_path(g) for g in geos]
     rows = [g for g, p in zip(geos, paths, strict=True) if p == "rows"]
     assert paths.count("lanes") >= 5 and paths.count("direct") >= 3
+    assert paths.count("flat") >= 3 and paths.count("flat rows") >= 6
     assert paths.count("phases") >= 3 and len(rows) >= 40
     assert {(g["KH"], g["SH"], g["OH"] % DWK_ROWS) for g in rows} >= {
         (k, s, r) for k in (3, 5) for s in (1, 2) for r in range(DWK_ROWS)}

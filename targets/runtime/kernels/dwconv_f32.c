@@ -4,8 +4,12 @@
  * depthwise are two kernels with two owners; what they share is in headers: the vector
  * activations (es_act_simd.h) and the stride phases of a padded plane (es_phases_f32.h).
  *
- * Four paths, chosen by shape in es_dwconv2d_f32 (timed side by side on the depthwise
- * convs of MobileNetV2/V3 and EfficientNet-B0, AMD EPYC, AVX-512 and AVX2 builds):
+ * Five paths, chosen by shape in es_dwconv2d_f32 (timed side by side on the depthwise
+ * convs of MobileNetV2/V3 and EfficientNet-B0, AMD EPYC and Intel Xeon, AVX-512 and AVX2
+ * builds):
+ *   - AVX-512, stride 1, the input as wide as the output, 3 x 3 on planes of 9 to 256
+ *     outputs and 5 x 5 on planes of 9 to 64 (dw_flat): the plane flattened, 16
+ *     consecutive outputs a vector whatever the row width;
  *   - AVX-512, square 3 x 3 and 5 x 5, stride 1 or 2, undilated (dw_k): straight from the
  *     planes, 8 output rows at a time, on rows of 12+ outputs or planes too big for the
  *     lanes: every such conv of the MobileNets and EfficientNet but the 7 x 7 and smaller;
@@ -14,6 +18,7 @@
  *     dilations: straight from the planes;
  *   - the stride phases (dwf_taps): everything else, every ISA. */
 #include "../es_fp_exact.h" /* first: contraction off in every function below */
+#include <stddef.h>
 #include <string.h>
 
 #include "../edgesmith_rt.h"
@@ -651,6 +656,184 @@ static void dw_direct(const float *x, const float *w, const float *b, float *y,
     }
 }
 
+/* ---- AVX-512, stride 1, small planes: the plane as one flat row -------------------------
+ * Late in a MobileNet the planes are 7 x 7 to 14 x 14. The row kernel below (dw_k) fills 7
+ * or 14 of a vector's 16 lanes and pays its per-band set-up on a handful of outputs; the
+ * channel-lane kernel (dw_lanes) fills all 16 but transposes every block in and out, and on
+ * 7 x 7 its transposes took more time than its FMAs. With stride 1 and the input as wide as
+ * the output (OW == W: "same" padding), output o = oh OW + ow reads input
+ * o + (kh - PT) W + (kw - PL) for tap (kh, kw): one offset per tap for the whole plane. So
+ * 16 consecutive outputs of the flattened plane are one vector whatever the row width, and
+ * a tap is one masked load and one FMA: a lane whose tap falls in the padding (a row above
+ * or below the plane, or a column that wrapped into the next or the previous row) is masked
+ * off and adds zero, and lanes past the plane read nothing and are not stored. The masks
+ * depend on the lane's position only: they are made once per call (dwf_masks) and every
+ * channel reuses them. A plane of up to ES_DWF_NV vectors goes whole, its accumulators in
+ * registers; planes of 4 vectors or fewer run two channels at a time, so that at least 8
+ * FMA chains are in flight. */
+#define ES_DWF_NV 16  /* vectors of a plane, at most: 256 outputs */
+#define ES_DWF_MAXT 25 /* taps: 3 x 3 and 5 x 5 */
+#define ES_DW_FLAT(p)                                                                      \
+    ((p)->SH == 1 && (p)->SW == 1 && (p)->DH == 1 && (p)->DW == 1 && (p)->OW == (p)->W &&   \
+     (p)->OH * (p)->OW >= 9 &&                                                             \
+     (((p)->KH == 3 && (p)->KW == 3 && (p)->OH * (p)->OW <= 16 * ES_DWF_NV) ||             \
+      ((p)->KH == 5 && (p)->KW == 5 && (p)->OH * (p)->OW <= 64)))
+
+/* m[t ES_DWF_NV + v]: the lanes of output vector v (outputs 16 v ..) whose tap t lies in the
+ * plane */
+static void dwf_masks(__mmask16 *m, int nv, const es_conv_params *p) {
+    const int K = p->KH, P = p->OH * p->OW;
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 inv = _mm512_set1_ps(1.0f / (float)p->OW);
+    int v, k, kh, kw;
+    for (v = 0; v < nv; ++v) {
+        const __m512i o = _mm512_add_epi32(iota, _mm512_set1_epi32(16 * v));
+        /* o / OW: (o + 1/2) / OW is at least 1/(2 OW) from an integer, far more than the
+         * float product's error for o < 256 */
+        const __m512i oh = _mm512_cvttps_epi32(
+            _mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(o), _mm512_set1_ps(0.5f)), inv));
+        const __m512i ow = _mm512_sub_epi32(o, _mm512_mullo_epi32(oh, _mm512_set1_epi32(p->OW)));
+        const __mmask16 in = _mm512_cmplt_epi32_mask(o, _mm512_set1_epi32(P));
+        __mmask16 row[5], col[5];
+        for (k = 0; k < K; ++k) { /* input row oh + k - PT, column ow + k - PL */
+            const __m512i ih = _mm512_add_epi32(oh, _mm512_set1_epi32(k - p->PT));
+            const __m512i iw = _mm512_add_epi32(ow, _mm512_set1_epi32(k - p->PL));
+            row[k] = in & _mm512_cmpge_epi32_mask(ih, _mm512_setzero_si512()) &
+                     _mm512_cmplt_epi32_mask(ih, _mm512_set1_epi32(p->H));
+            col[k] = _mm512_cmpge_epi32_mask(iw, _mm512_setzero_si512()) &
+                     _mm512_cmplt_epi32_mask(iw, _mm512_set1_epi32(p->W));
+        }
+        for (kh = 0; kh < K; ++kh)
+            for (kw = 0; kw < K; ++kw) m[(kh * K + kw) * ES_DWF_NV + v] = row[kh] & col[kw];
+    }
+}
+
+/* channels [c0, c0 + NC) of the plane, NV vectors each (NV, NC constants in each instance:
+ * the accumulators are registers) */
+ES_DW_INLINE void dwf_channels(const float *x, const float *w, const float *b, float *y,
+                               int c0, const __mmask16 *m, const ptrdiff_t *off, int T,
+                               const es_conv_params *p, const int NV, const int NC) {
+    const int P = p->OH * p->OW, HW = p->H * p->W;
+    const __mmask16 last = (__mmask16)es_mask16(P - 16 * (NV - 1));
+    __m512 acc[2][ES_DWF_NV];
+    int t, v, q;
+#pragma GCC unroll 2
+    for (q = 0; q < NC; ++q)
+#pragma GCC unroll 16
+        for (v = 0; v < NV; ++v) acc[q][v] = _mm512_set1_ps(b[c0 + q]);
+    for (t = 0; t < T; ++t) {
+        const __mmask16 *mt = m + t * ES_DWF_NV;
+#pragma GCC unroll 2
+        for (q = 0; q < NC; ++q) {
+            const float *xt = x + (size_t)(c0 + q) * HW + off[t];
+            const __m512 wv = _mm512_set1_ps(w[(size_t)(c0 + q) * T + t]);
+#pragma GCC unroll 16
+            for (v = 0; v < NV; ++v)
+                acc[q][v] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mt[v], xt + 16 * v), wv,
+                                            acc[q][v]);
+        }
+    }
+#pragma GCC unroll 2
+    for (q = 0; q < NC; ++q)
+#pragma GCC unroll 16
+        for (v = 0; v < NV; ++v)
+            _mm512_mask_storeu_ps(y + (size_t)(c0 + q) * P + 16 * v,
+                                  v == NV - 1 ? last : (__mmask16)0xFFFFu,
+                                  act512v(acc[q][v], p->act, p->a0, p->a1));
+}
+
+/* channel c with the taps of one input row shared: for each tap row, output vector v's 16
+ * inputs are one load (cur) and its neighbours' (prev, next: the loads of vectors v - 1 and
+ * v + 1, kept in registers), and tap column kw is cur shifted by kw - K / 2 lanes (valignd);
+ * the masks then apply to the FMAs (merge-masking: a masked lane keeps its sum). Loads
+ * reach up to PT W + 16 floats before the plane and past it by the last vector's window:
+ * dw_flat runs only channels whose reads stay inside the tensor this way. */
+#define ES_DWF_ALIGN(a, b, j)                                                              \
+    _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(b), _mm512_castps_si512(a), j))
+/* columns s .. s + 15 of the 48 in prev, cur, next (-2 <= s <= 2) from cur's first; valignd
+ * takes its shift as an immediate, which -O0/-O1 builds do not fold through the inline call,
+ * so each s has its literal */
+ES_DW_INLINE __m512 dwf_shift(__m512 prev, __m512 cur, __m512 next, const int s) {
+    return s == -2  ? ES_DWF_ALIGN(prev, cur, 14)
+           : s == -1 ? ES_DWF_ALIGN(prev, cur, 15)
+           : s == 1  ? ES_DWF_ALIGN(cur, next, 1)
+           : s == 2  ? ES_DWF_ALIGN(cur, next, 2)
+                     : cur;
+}
+
+ES_DW_INLINE void dwf_channel_rows(const float *x, const float *w, const float *b, float *y,
+                                   int c, const __mmask16 *m, const es_conv_params *p,
+                                   const int K, const int NV) {
+    const int P = p->OH * p->OW, HW = p->H * p->W, T = K * K;
+    const __mmask16 last = (__mmask16)es_mask16(P - 16 * (NV - 1));
+    const float *xc = x + (size_t)c * HW, *wc = w + (size_t)c * T;
+    __m512 acc[ES_DWF_NV];
+    int kh, kw, v;
+#pragma GCC unroll 16
+    for (v = 0; v < NV; ++v) acc[v] = _mm512_set1_ps(b[c]);
+#pragma GCC unroll 5
+    for (kh = 0; kh < K; ++kh) {
+        const float *r = xc + (ptrdiff_t)(kh - p->PT) * p->W;
+        __m512 wv[5], prev = _mm512_loadu_ps(r - 16), cur = _mm512_loadu_ps(r);
+#pragma GCC unroll 5
+        for (kw = 0; kw < K; ++kw) wv[kw] = _mm512_set1_ps(wc[kh * K + kw]);
+#pragma GCC unroll 16
+        for (v = 0; v < NV; ++v) {
+            const __m512 next = _mm512_loadu_ps(r + 16 * (v + 1));
+#pragma GCC unroll 5
+            for (kw = 0; kw < K; ++kw)
+                acc[v] = _mm512_mask3_fmadd_ps(dwf_shift(prev, cur, next, kw - K / 2), wv[kw],
+                                               acc[v], m[(kh * K + kw) * ES_DWF_NV + v]);
+            prev = cur;
+            cur = next;
+        }
+    }
+#pragma GCC unroll 16
+    for (v = 0; v < NV; ++v)
+        _mm512_mask_storeu_ps(y + (size_t)c * P + 16 * v, v == NV - 1 ? last : (__mmask16)0xFFFFu,
+                              act512v(acc[v], p->act, p->a0, p->a1));
+}
+
+/* every channel, NV vectors a plane: pairs of channels where NV <= 4, then the odd one */
+ES_DW_INLINE void dwf_nv(const float *x, const float *w, const float *b, float *y,
+                         const __mmask16 *m, const ptrdiff_t *off, int T,
+                         const es_conv_params *p, const int NV) {
+    const int HW = p->H * p->W, K = p->KH;
+    /* channels [lo, hi) read within the tensor with whole-vector loads (dwf_channel_rows) */
+    const int below = p->PT * p->W + 16, above = 16 * (NV + 1) + (K - 1 - p->PT) * p->W - HW;
+    const int lo = (below + HW - 1) / HW, hi = p->C - (above > 0 ? (above + HW - 1) / HW : 0);
+    int c = 0;
+    if (p->PL == K / 2 && lo < hi) {
+        for (; c < lo; ++c) dwf_channels(x, w, b, y, c, m, off, T, p, NV, 1);
+        if (K == 3)
+            for (; c < hi; ++c) dwf_channel_rows(x, w, b, y, c, m, p, 3, NV);
+        else
+            for (; c < hi; ++c) dwf_channel_rows(x, w, b, y, c, m, p, 5, NV);
+    }
+    if (NV <= 4)
+        for (; c + 1 < p->C; c += 2) dwf_channels(x, w, b, y, c, m, off, T, p, NV, 2);
+    for (; c < p->C; ++c) dwf_channels(x, w, b, y, c, m, off, T, p, NV, 1);
+}
+
+static void dw_flat(const float *x, const float *w, const float *b, float *y,
+                    const es_conv_params *p) {
+    const int K = p->KH, T = K * K, nv = (p->OH * p->OW + 15) / 16;
+    __mmask16 m[ES_DWF_MAXT * ES_DWF_NV];
+    ptrdiff_t off[ES_DWF_MAXT];
+    int t;
+    dwf_masks(m, nv, p);
+    for (t = 0; t < T; ++t) off[t] = (ptrdiff_t)(t / K - p->PT) * p->W + (t % K - p->PL);
+    switch (nv) {
+#define ES_DWF_CASE(N)                                                                     \
+    case N: dwf_nv(x, w, b, y, m, off, T, p, N); break;
+    ES_DWF_CASE(1) ES_DWF_CASE(2) ES_DWF_CASE(3) ES_DWF_CASE(4) ES_DWF_CASE(5) ES_DWF_CASE(6)
+    ES_DWF_CASE(7) ES_DWF_CASE(8) ES_DWF_CASE(9) ES_DWF_CASE(10) ES_DWF_CASE(11)
+    ES_DWF_CASE(12) ES_DWF_CASE(13) ES_DWF_CASE(14) ES_DWF_CASE(15)
+    default: dwf_nv(x, w, b, y, m, off, T, p, 16); break;
+#undef ES_DWF_CASE
+    }
+}
+
 /* ---- AVX-512: 3 x 3 and 5 x 5, rows of the plane, taps fixed at compile time -----------
  * The direct rows above take KH, KW and the stride at run time, so every tap pays a loop
  * test, a branch per output row and a mask lookup; run on a stride-1 plane it was 1.2-1.5x
@@ -884,6 +1067,10 @@ void es_dwconv2d_f32(const float *x, const float *w, const float *b, float *scra
     const float *src[ES_F32_DW_MAXTAPS];
     int c, t, t0, oh;
 #if defined(__AVX512F__)
+    if (ES_DW_FLAT(p)) {
+        dw_flat(x, w, b, y, p);
+        return;
+    }
     /* rows of 12+ outputs beat the lanes too (5 x 5 on 14 x 14: 0.7x); 7 x 7 and narrower
      * fill too few of a row's 16 lanes, and stay there */
     if (ES_DWK(p) && (OW >= 12 || !ES_F32_DW_LANES(OH, OW, KH, KW))) {
