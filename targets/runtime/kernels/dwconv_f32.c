@@ -663,14 +663,20 @@ static void dw_direct(const float *x, const float *w, const float *b, float *y,
  * 7 x 7 its transposes took more time than its FMAs. With stride 1 and the input as wide as
  * the output (OW == W: "same" padding), output o = oh OW + ow reads input
  * o + (kh - PT) W + (kw - PL) for tap (kh, kw): one offset per tap for the whole plane. So
- * 16 consecutive outputs of the flattened plane are one vector whatever the row width, and
- * a tap is one masked load and one FMA: a lane whose tap falls in the padding (a row above
- * or below the plane, or a column that wrapped into the next or the previous row) is masked
- * off and adds zero, and lanes past the plane read nothing and are not stored. The masks
- * depend on the lane's position only: they are made once per call (dwf_masks) and every
- * channel reuses them. A plane of up to ES_DWF_NV vectors goes whole, its accumulators in
- * registers; planes of 4 vectors or fewer run two channels at a time, so that at least 8
- * FMA chains are in flight. */
+ * 16 consecutive outputs of the flattened plane are one vector whatever the row width. A
+ * lane whose tap falls in the padding (a row above or below the plane, or a column that
+ * wrapped into the next or the previous row) must add nothing, and lanes past the plane
+ * are not stored; the masks that say so depend on the lane's position only, so they are
+ * made once per call (dwf_masks) and every channel reuses them. A plane of up to ES_DWF_NV
+ * vectors goes whole, its accumulators in registers. Most channels load each tap row once
+ * per vector and shift it per tap column (dwf_channel_rows, the masks on the FMAs); the
+ * first and last, whose whole-vector loads would leave the tensor, load each tap under its
+ * mask (dwf_channels, two channels at a time on planes of 4 vectors or fewer, so that 8
+ * FMA chains are in flight). Each layer alone against the old paths, alternating, Intel
+ * Xeon: 3 x 3 on 14 x 14 0.79-0.88x, 12 x 12 0.67x, 7 x 7 0.74-0.82x, 3 x 3 0.80x; 5 x 5
+ * on 7 x 7 0.95x; 5 x 5 on 14 x 14 1.31x (25 loads per vector beside dw_k's shared rows)
+ * and planes under 9 outputs 1.03-1.36x keep their paths. Bit-identical to them: the same
+ * products summed in the same order, a masked lane keeping its sum where they add 0 * w. */
 #define ES_DWF_NV 16  /* vectors of a plane, at most: 256 outputs */
 #define ES_DWF_MAXT 25 /* taps: 3 x 3 and 5 x 5 */
 #define ES_DW_FLAT(p)                                                                      \
