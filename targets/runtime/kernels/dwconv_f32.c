@@ -656,6 +656,19 @@ static void dw_direct(const float *x, const float *w, const float *b, float *y,
     }
 }
 
+/* ---- AVX-512: a 16-float window shifted across two vectors (dw_flat, dw_k) ----------- */
+/* columns j .. j + 15 of the 32 in a (first 16) and b (next 16), j < 5; valignd takes its
+ * shift as an immediate, which -O0/-O1 builds do not fold through the inline call */
+#define ES_DWK_ALIGN(a, b, j)                                                              \
+    _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(b), _mm512_castps_si512(a), j))
+ES_DW_INLINE __m512 dwk_shift(__m512 a, __m512 b, const int j) {
+    return j == 1   ? ES_DWK_ALIGN(a, b, 1)
+           : j == 2 ? ES_DWK_ALIGN(a, b, 2)
+           : j == 3 ? ES_DWK_ALIGN(a, b, 3)
+           : j == 4 ? ES_DWK_ALIGN(a, b, 4)
+                    : a;
+}
+
 /* ---- AVX-512, stride 1, small planes: the plane as one flat row -------------------------
  * Late in a MobileNet the planes are 7 x 7 to 14 x 14. The row kernel below (dw_k) fills 7
  * or 14 of a vector's 16 lanes and pays its per-band set-up on a handful of outputs; the
@@ -714,13 +727,24 @@ static void dwf_masks(__mmask16 *m, int nv, const es_conv_params *p) {
     }
 }
 
+/* the NV output vectors of one channel (act applied) to its plane yc of P outputs; the
+ * last vector's lanes past P are not stored */
+ES_DW_INLINE void dwf_store(float *yc, const __m512 *acc, int P, const es_conv_params *p,
+                            const int NV) {
+    const __mmask16 last = (__mmask16)es_mask16(P - 16 * (NV - 1));
+    int v;
+#pragma GCC unroll 16
+    for (v = 0; v < NV; ++v)
+        _mm512_mask_storeu_ps(yc + 16 * v, v == NV - 1 ? last : (__mmask16)0xFFFFu,
+                              act512v(acc[v], p->act, p->a0, p->a1));
+}
+
 /* channels [c0, c0 + NC) of the plane, NV vectors each (NV, NC constants in each instance:
  * the accumulators are registers) */
 ES_DW_INLINE void dwf_channels(const float *x, const float *w, const float *b, float *y,
                                int c0, const __mmask16 *m, const ptrdiff_t *off, int T,
                                const es_conv_params *p, const int NV, const int NC) {
     const int P = p->OH * p->OW, HW = p->H * p->W;
-    const __mmask16 last = (__mmask16)es_mask16(P - 16 * (NV - 1));
     __m512 acc[2][ES_DWF_NV];
     int t, v, q;
 #pragma GCC unroll 2
@@ -740,12 +764,7 @@ ES_DW_INLINE void dwf_channels(const float *x, const float *w, const float *b, f
         }
     }
 #pragma GCC unroll 2
-    for (q = 0; q < NC; ++q)
-#pragma GCC unroll 16
-        for (v = 0; v < NV; ++v)
-            _mm512_mask_storeu_ps(y + (size_t)(c0 + q) * P + 16 * v,
-                                  v == NV - 1 ? last : (__mmask16)0xFFFFu,
-                                  act512v(acc[q][v], p->act, p->a0, p->a1));
+    for (q = 0; q < NC; ++q) dwf_store(y + (size_t)(c0 + q) * P, acc[q], P, p, NV);
 }
 
 /* channel c with the taps of one input row shared: for each tap row, output vector v's 16
@@ -754,16 +773,14 @@ ES_DW_INLINE void dwf_channels(const float *x, const float *w, const float *b, f
  * the masks then apply to the FMAs (merge-masking: a masked lane keeps its sum). Loads
  * reach up to PT W + 16 floats before the plane and past it by the last vector's window:
  * dw_flat runs only channels whose reads stay inside the tensor this way. */
-#define ES_DWF_ALIGN(a, b, j)                                                              \
-    _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(b), _mm512_castps_si512(a), j))
-/* columns s .. s + 15 of the 48 in prev, cur, next (-2 <= s <= 2) from cur's first; valignd
- * takes its shift as an immediate, which -O0/-O1 builds do not fold through the inline call,
- * so each s has its literal */
+/* columns s .. s + 15 of the 48 in prev, cur, next (-2 <= s <= 2) from cur's first. Each s
+ * has its own literal: with s >= 0 handed to dwk_shift, GCC 12 compiled the 5 x 5 instance
+ * 1.57x slower (576 x 7 x 7 alone, 30 -> 47 us) */
 ES_DW_INLINE __m512 dwf_shift(__m512 prev, __m512 cur, __m512 next, const int s) {
-    return s == -2  ? ES_DWF_ALIGN(prev, cur, 14)
-           : s == -1 ? ES_DWF_ALIGN(prev, cur, 15)
-           : s == 1  ? ES_DWF_ALIGN(cur, next, 1)
-           : s == 2  ? ES_DWF_ALIGN(cur, next, 2)
+    return s == -2  ? ES_DWK_ALIGN(prev, cur, 14)
+           : s == -1 ? ES_DWK_ALIGN(prev, cur, 15)
+           : s == 1  ? ES_DWK_ALIGN(cur, next, 1)
+           : s == 2  ? ES_DWK_ALIGN(cur, next, 2)
                      : cur;
 }
 
@@ -771,7 +788,6 @@ ES_DW_INLINE void dwf_channel_rows(const float *x, const float *w, const float *
                                    int c, const __mmask16 *m, const es_conv_params *p,
                                    const int K, const int NV) {
     const int P = p->OH * p->OW, HW = p->H * p->W, T = K * K;
-    const __mmask16 last = (__mmask16)es_mask16(P - 16 * (NV - 1));
     const float *xc = x + (size_t)c * HW, *wc = w + (size_t)c * T;
     __m512 acc[ES_DWF_NV];
     int kh, kw, v;
@@ -794,10 +810,7 @@ ES_DW_INLINE void dwf_channel_rows(const float *x, const float *w, const float *
             cur = next;
         }
     }
-#pragma GCC unroll 16
-    for (v = 0; v < NV; ++v)
-        _mm512_mask_storeu_ps(y + (size_t)c * P + 16 * v, v == NV - 1 ? last : (__mmask16)0xFFFFu,
-                              act512v(acc[v], p->act, p->a0, p->a1));
+    dwf_store(y + (size_t)c * P, acc, P, p, NV);
 }
 
 /* every channel, NV vectors a plane: pairs of channels where NV <= 4, then the odd one */
@@ -920,18 +933,6 @@ ES_DW_INLINE void dwk_s2_taps(__m512 *v, const float *xr, int c, const unsigned 
                                                        13, 14, 15, 17), t);
     v[4] = _mm512_permutex2var_ps(e, _mm512_setr_epi32(2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
                                                        14, 15, 16, 18), t);
-}
-
-/* columns j .. j + 15 of the 32 in a (first 16) and b (next 16), j < 5; valignd takes its
- * shift as an immediate, which -O0/-O1 builds do not fold through the inline call */
-#define ES_DWK_ALIGN(a, b, j)                                                              \
-    _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(b), _mm512_castps_si512(a), j))
-ES_DW_INLINE __m512 dwk_shift(__m512 a, __m512 b, const int j) {
-    return j == 1   ? ES_DWK_ALIGN(a, b, 1)
-           : j == 2 ? ES_DWK_ALIGN(a, b, 2)
-           : j == 3 ? ES_DWK_ALIGN(a, b, 3)
-           : j == 4 ? ES_DWK_ALIGN(a, b, 4)
-                    : a;
 }
 
 ES_DW_INLINE void dwk_block(const float *xc, const __m512 *wk, const float *wc, __m512 bias,
