@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from edgesmith.targets import run
+from edgesmith.targets.ir import lower
+from edgesmith.targets.isa import MCU_ARCHS
+from edgesmith.targets.lower import kernels as K
+from edgesmith.targets.lower.conv import WINO_G, pack_f32_gemm, pack_f32_wino, use_wino
+from tests.targets._helpers import export, generate, ort_run
 from tests.targets.test_int8_fast import FLAVOURS, RT, conv_case
 
 CHECK = Path(__file__).parent / "c" / "conv_f32_check.c"
@@ -102,8 +109,6 @@ def test_fast_f32_conv_matches_reference(name, cc, flags, wrapper, tmp_path):
 def test_fast_f32_gemm_stays_inside_its_scratch_and_the_generator_plans_it(tmp_path):
     """Under AddressSanitizer with exactly ES_F32_GEMM_SCRATCH bytes (in place and through
     the stride phases), and kernels.gemm_f32_scratch plans the same bytes as the macro."""
-    from edgesmith.targets.lower import kernels as K
-
     b = build_f32_check(tmp_path / "check_asan")
     keys = ["C", "H", "W", "M", "KH", "KW", "SH", "SW", "PT", "PL", "DH", "DW", "group"]
     env = {"ASAN_OPTIONS": "detect_leaks=0", "PATH": "/usr/bin:/bin"}
@@ -118,8 +123,6 @@ def test_fast_f32_gemm_stays_inside_its_scratch_and_the_generator_plans_it(tmp_p
 
 
 def test_generated_f32_model_uses_fast_conv_and_reference_switch(digits_onnx):
-    from edgesmith.targets.ir import lower
-
     fns = {c.fn for st in lower(digits_onnx, "fp32").steps for c in st.calls}
     assert {"es_conv2d_f32_gemm", "es_dwconv2d_f32"} <= fns and "es_conv2d_f32" not in fns
     fns = {c.fn for st in lower(digits_onnx, "fp32", kernels="reference").steps
@@ -132,10 +135,6 @@ def test_generated_model_with_packed_conv_weights_matches_onnxruntime(tmp_path):
     plane (the channel-lanes path) and a 7x7 plane (a masked tail tile): the weights
     pack_f32_gemm lays out are the ones the C kernel reads."""
     import torch
-
-    from edgesmith.targets import run
-    from edgesmith.targets.lower.conv import pack_f32_gemm
-    from tests.targets._helpers import export, generate, ort_run
 
     w = np.arange(2 * 3 * 2 * 2, dtype=np.float32).reshape(2, 3, 2, 2)
     assert pack_f32_gemm(w).shape == (1, 12, 16)
@@ -190,8 +189,6 @@ def test_wino_f32_stays_inside_its_scratch_and_the_generator_plans_it(tmp_path):
     """Under AddressSanitizer and UBSan with exactly ES_F32_WINO_SCRATCH bytes: the
     transforms' whole vectors past a block's tiles stay inside it; kernels.wino_f32_scratch
     plans the same bytes as the macro."""
-    from edgesmith.targets.lower import kernels as K
-
     b = build_f32_check(tmp_path / "check_asan")
     env = {"ASAN_OPTIONS": "detect_leaks=0", "PATH": "/usr/bin:/bin"}
     for args in WINO_CASES:
@@ -205,8 +202,6 @@ def test_wino_f32_stays_inside_its_scratch_and_the_generator_plans_it(tmp_path):
 def test_pack_f32_wino_is_g_g_gt_in_16_channel_blocks():
     """A kernel that is one tap at the centre transforms to the outer product of G's middle
     column (U = G g G^T); the layout is u[mb][xi][c][r], channels past M zero."""
-    from edgesmith.targets.lower.conv import WINO_G, pack_f32_wino
-
     w = np.zeros((3, 2, 3, 3), np.float32)
     w[1, 0, 1, 1] = 1.0
     w[2, 1] = np.arange(9, dtype=np.float32).reshape(3, 3)
@@ -254,10 +249,6 @@ def test_generated_model_with_winograd_convs_matches_onnxruntime(threads, tmp_pa
     threads (the packed U sliced in 16-channel blocks)."""
     import torch
 
-    from edgesmith.targets import run
-    from edgesmith.targets.ir import lower
-    from tests.targets._helpers import export, generate, ort_run
-
     x = torch.randn(1, 3, 30, 27)
     onnx_path = export(_resnet_block(), x, tmp_path / "m.onnx")
     fns = [c.fn for st in lower(onnx_path, "fp32").steps for c in st.calls]
@@ -273,11 +264,6 @@ def test_generated_model_with_winograd_convs_matches_onnxruntime(threads, tmp_pa
 def test_winograd_is_not_chosen_for_small_planes_strides_or_microcontrollers(tmp_path):
     """7 x 7 planes (16 tiles: the GEMM, see use_wino), stride 2, 1x1, fewer than 16
     channels, and any conv for a Cortex-M (its flash would hold 16 / 9 of the weights)."""
-    from types import SimpleNamespace
-
-    from edgesmith.targets.isa import MCU_ARCHS
-    from edgesmith.targets.lower.conv import use_wino
-
     base = {"C": 64, "M": 64, "H": 28, "W": 28, "OH": 28, "OW": 28, "KH": 3, "KW": 3,
             "SH": 1, "SW": 1, "DH": 1, "DW": 1}
     host = SimpleNamespace(isa=frozenset())  # what use_wino reads of the Lowerer
