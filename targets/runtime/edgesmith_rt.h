@@ -316,7 +316,8 @@ void es_conv2d_f32(const float *x, const float *w, const float *b, float *y,
  * from the stride phases of each channel's padded plane (K row offsets over the phases and
  * over the input, which a stride-1 conv's chunks clear of the padding read in place; an
  * 8 x 32 output tile, C x SH x SW phases of HQ x WQ + WQ + 32 floats, one padded row of
- * WQ x SW). */
+ * WQ x SW). AVX-512 runs stems (at most 4 channels, stride 2) from their input rows and
+ * leaves this scratch unused; the other ISAs use it. */
 #define ES_F32_K16(K) (((unsigned)(K) + 15u) / 16u * 16u)
 #define ES_F32_GEMM_DIRECT(C, H, W, OH, OW, KH, KW, SH, SW, PT, PL)                           \
     ((KH) == 1 && (KW) == 1 && (SH) == 1 && (SW) == 1 && (PT) == 0 && (PL) == 0 &&        \

@@ -87,6 +87,19 @@ GEMM_CASES = [
     [40, 16, 16, 40, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 224, 16, 16],  # K and M 40, rows 1 KB apart
     [64, 28, 27, 128, 1, 1, 2, 2, 0, 0, 1, 1, 1, 2, 225, 14, 14],  # stride 2: gathered, then
     # packed (a ResNet downsample)
+    # Stride-2 convs of at most 4 channels read the input rows split into even and odd
+    # columns (AVX-512 gemm_stem), in blocks of 128 output columns:
+    [3, 11, 300, 20, 3, 3, 2, 2, 1, 1, 1, 1, 1, 2, 226, 6, 150],  # two column blocks (128
+    # and 22), M = 8 + 8 + 4, the last row's taps below the plane
+    [3, 23, 37, 13, 7, 7, 2, 2, 3, 3, 1, 1, 1, 1, 227, 12, 19],  # ResNet's 7x7 stem: taps
+    # 3 columns either side, 3 padded rows above
+    [3, 16, 16, 8, 3, 3, 2, 2, 0, 0, 1, 1, 1, 3, 228, 8, 8],  # "same" at stride 2 on an even
+    # plane: no padding above or left, one row and column below and right
+    [1, 20, 70, 9, 5, 5, 2, 2, 2, 2, 1, 1, 1, 0, 229, 10, 35],  # one channel, 5x5
+    [4, 12, 40, 16, 3, 7, 2, 2, 1, 3, 1, 1, 1, 2, 230, 6, 20],  # four channels, 3 x 7
+    [2, 14, 75, 8, 1, 1, 2, 2, 0, 0, 1, 1, 1, 0, 231, 7, 38],  # 1x1: a ring of one row
+    [3, 7, 257, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 232, 4, 129],  # a block of 128, then of 1
+    [3, 2, 40, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, 2, 233, 1, 20],  # a plane lower than the kernel
 ]
 
 
@@ -97,13 +110,29 @@ def _cases(n: int, seed: int = 1):
         yield conv_case(rng, i, 40, lambda _, j: j % 4)
 
 
+def _stem(args: list[int]) -> bool:
+    """Whether AVX-512 runs this conv on gemm_stem (conv_f32_fast.c stem_direct): one group,
+    at most 4 channels, stride 2, undilated, kernel sides at most 7."""
+    c, kh, kw, sh, sw, dh, dw, group = args[0], *args[4:8], *args[10:13]
+    return group == 1 and c <= 4 and kh <= 7 and kw <= 7 and sh == sw == 2 and dh == dw == 1
+
+
 @pytest.mark.parametrize(("name", "cc", "flags", "wrapper"), FLAVOURS)
 def test_fast_f32_conv_matches_reference(name, cc, flags, wrapper, tmp_path):
+    """Every case within 1e-5; with AVX-512 the stems write none of their scratch (they read
+    the input rows, not the stride phases) and the other stride-2 convs write some."""
     b = build_f32_check(tmp_path / f"check_{name}", cc, flags, name)
+    stems = 0
     for args in _cases(24 if wrapper else 60):
         p = subprocess.run([*wrapper, str(b), *map(str, args)], capture_output=True, text=True,
                            timeout=60)
         assert p.returncode == 0, f"{name} {args}: {p.stdout}{p.stderr}"
+        if name == "avx512vnni" and args[12] == 1 and args[6] == 2:
+            used = int(next(x for x in p.stdout.splitlines()
+                            if x.startswith("scratch_used")).split()[1])
+            assert (used == 0) == _stem(args), (args, used)
+            stems += _stem(args)
+    assert name != "avx512vnni" or stems >= 9, stems
 
 
 def test_fast_f32_gemm_stays_inside_its_scratch_and_the_generator_plans_it(tmp_path):

@@ -1370,8 +1370,109 @@ static void gemm_phases(const float *x, const float *w, const float *b, float *s
     }
 }
 
+#if defined(__AVX512F__)
+/* ---- stems: a few input channels at stride 2, from the input rows ----------------------
+ * A network's first conv (3 -> 32 3x3 s2 at 224 x 224 in the MobileNets and EfficientNet,
+ * 3 -> 64 7x7 s2 in ResNet) has K = C KH KW of only 27 to 147, so building the stride
+ * phases (gemm_phases) costs as much as a tenth of its multiplies: an input-sized scratch
+ * written and read back each run, and a keep mask per 32-cell tile for the grid columns
+ * past OW. This path keeps only the C KH input rows under the current output row, each
+ * split into its even and odd columns, and runs the same micro-kernel over them, in the
+ * same k order from the bias, so its sums are the phase path's bit for bit.
+ * Alone (hot caches), random weights, Intel Xeon, per-call minima, phases / this: 3 -> 32
+ * 3x3 s2 at 224 x 224 248-251 / 225 us, 3 -> 16 (MobileNetV3-small) 141-170 / 122-142,
+ * 3 -> 64 7x7 s2 (ResNet-18) 2164 / 2089, 3 -> 32 at 96 x 96 47 / 45. In the networks,
+ * the stem step's minimum over 6 alternating rounds of 100 runs: MobileNetV2-224 351 -> 295
+ * us, MobileNetV3-small-224 257 -> 206, EfficientNet-B0 432 -> 390, ResNet-18 (4 x 30)
+ * 2333 -> 2227, MobileNetV2-96 56 -> 55. Two designs that lost: a vpermt2ps per tap and
+ * block inside the K loop (a shuffle per 8 FMAs, on a port the FMAs share: 272 us), and
+ * masked loads there as well (316 us). */
+#define ES_F32_STEM_C 4
+#define ES_F32_STEM_KW 7
+
+static int stem_direct(const es_conv_params *p) {
+    return p->C <= ES_F32_STEM_C && p->KH <= ES_F32_STEM_KW && p->KW <= ES_F32_STEM_KW &&
+           p->SH == 2 && p->SW == 2 && p->DH == 1 && p->DW == 1;
+}
+
+/* Output columns go in blocks of ES_F32_STEM_OB; a block's input row is kept as its even and
+ * odd columns, ES_F32_STEM_HALF floats each (the block, the taps' reach of up to 3 columns
+ * and the last 32-float load past it). */
+#define ES_F32_STEM_OB 128
+#define ES_F32_STEM_HALF (ES_F32_STEM_OB + 16)
+
+/* e[i] = xr[c0 + 2 i], e[ES_F32_STEM_HALF + i] = xr[c0 + 2 i + 1], zero outside [0, W) */
+static void stem_split_row(float *e, const float *xr, int c0, int W) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                           28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    int q;
+    for (q = 0; q < ES_F32_STEM_HALF / 16; ++q) {
+        const int a = c0 + 32 * q;
+        const __m512 lo = _mm512_maskz_loadu_ps(es_f32_lanes(-a, W - a), xr + a);
+        const __m512 hi = _mm512_maskz_loadu_ps(es_f32_lanes(-a - 16, W - a - 16), xr + a + 16);
+        _mm512_storeu_ps(e + 16 * q, _mm512_permutex2var_ps(lo, even, hi));
+        _mm512_storeu_ps(e + ES_F32_STEM_HALF + 16 * q, _mm512_permutex2var_ps(lo, odd, hi));
+    }
+}
+
+/* Output row by row, 32 outputs at a time, every 8-channel block by the GEMM micro-kernel
+ * (mk_f32_block) over the input rows under the output row, held split into their even and
+ * odd columns (zero in the padding) in L1: tap (c, kh, 2 a + b) is column a of half b of
+ * the row of channel c at 2 oh + kh - PT. The rows sit in a ring of KH per channel, so an
+ * input row is split once however many output rows read it. */
+static void gemm_stem(const float *x, const float *w, const float *b, float *y,
+                      const es_conv_params *p) {
+    enum { R = ES_F32_STEM_C * ES_F32_STEM_KW, T = R * ES_F32_STEM_KW }; /* rows, taps */
+    const int C = p->C, KH = p->KH, KW = p->KW, K = C * KH * KW;
+    const size_t P = (size_t)p->OH * p->OW;
+    int32_t off[T];
+    int held[R];
+    float ring[R * 2 * ES_F32_STEM_HALF];
+    int ob, oh, o, m0, r, k, c, kh;
+    for (ob = 0; ob < p->OW; ob += ES_F32_STEM_OB) {
+        const int oe = p->OW - ob < ES_F32_STEM_OB ? p->OW : ob + ES_F32_STEM_OB;
+        for (r = 0; r < C * KH; ++r) held[r] = -p->PT - 1 - KH; /* no row */
+        for (oh = 0; oh < p->OH; ++oh) {
+            for (c = 0; c < C; ++c)
+                for (kh = 0; kh < KH; ++kh) {
+                    const int ih = 2 * oh + kh - p->PT, slot = c * KH + (ih + p->PT + KH) % KH;
+                    float *e = ring + (size_t)slot * 2 * ES_F32_STEM_HALF;
+                    if (held[slot] != ih) {
+                        held[slot] = ih;
+                        if (ih >= 0 && ih < p->H)
+                            stem_split_row(e, x + ((size_t)c * p->H + (size_t)ih) * p->W,
+                                           2 * ob - p->PL, p->W);
+                        else
+                            memset(e, 0, sizeof(float) * 2 * ES_F32_STEM_HALF);
+                    }
+                    for (k = 0; k < KW; ++k)
+                        off[(c * KH + kh) * KW + k] =
+                            slot * 2 * ES_F32_STEM_HALF + k % 2 * ES_F32_STEM_HALF + k / 2;
+                }
+            for (o = ob; o < oe; o += ES_F32_TP) {
+                const int nj = oe - o < ES_F32_TP ? oe - o : ES_F32_TP;
+                for (m0 = 0; m0 < p->M; m0 += ES_F32_MR) {
+                    const int nr = p->M - m0 < ES_F32_MR ? p->M - m0 : ES_F32_MR;
+                    float b8[ES_F32_MR];
+                    for (r = 0; r < ES_F32_MR; ++r) b8[r] = r < nr ? b[m0 + r] : 0.0f;
+                    mk_f32_block(ring + (o - ob), off, K, wblock(w, m0, K), b8,
+                                 y + (size_t)m0 * P + (size_t)oh * p->OW + o, P, nr, nj, p);
+                }
+            }
+        }
+    }
+}
+#endif
+
 void es_conv2d_f32_gemm(const float *x, const float *w, const float *b, float *scratch,
                         float *y, const es_conv_params *p) {
+#if defined(__AVX512F__)
+    if (stem_direct(p)) {
+        gemm_stem(x, w, b, y, p);
+        return;
+    }
+#endif
     if (ES_F32_GEMM_DIRECT(p->C, p->H, p->W, p->OH, p->OW, p->KH, p->KW, p->SH, p->SW, p->PT,
                            p->PL))
         gemm_direct(x, w, b, scratch, y, p);

@@ -64,6 +64,7 @@ int main(int argc, char **argv) {
                        : ES_F32_DW_SCRATCH(p.OH, p.OW, p.KH, p.KW, p.SH, p.SW, p.DH, p.DW);
     printf("scratch %zu\n", nsc);
     sc = malloc(nsc);
+    if (nsc) memset(sc, 0xA5, nsc); /* "scratch_used": the bytes the fast path wrote */
     for (i = 0; i < (int)nx; ++i) x[i] = r();
     for (i = 0; i < (int)nw; ++i) w[i] = r();
     for (i = 0; i < p.M; ++i) b[i] = r();
@@ -80,6 +81,11 @@ int main(int argc, char **argv) {
     }
     else if (p.group == p.C && p.M == p.C) es_dwconv2d_f32(x, w, b, sc, y1, &p);
     else memcpy(y1, y0, 4 * ny);
+    {
+        size_t used = 0, k;
+        for (k = 0; k < nsc; ++k) used += ((const unsigned char *)sc)[k] != 0xA5;
+        printf("scratch_used %zu\n", used);
+    }
     for (i = 0; i < (int)ny; ++i) {
         const float d = fabsf(y0[i] - y1[i]);
         if (d > err || d != d) err = d != d ? INFINITY : d;
