@@ -87,6 +87,9 @@ GEMM_CASES = [
     [40, 16, 16, 40, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 224, 16, 16],  # K and M 40, rows 1 KB apart
     [64, 28, 27, 128, 1, 1, 2, 2, 0, 0, 1, 1, 1, 2, 225, 14, 14],  # stride 2: gathered, then
     # packed (a ResNet downsample)
+    [40, 7, 7, 64, 1, 1, 1, 1, 0, 0, 1, 1, 1, 2, 234, 7, 7],  # 1x1 on 7 x 7, M in 32s: rows
+    # of 7 in pairs (AVX-512 gemm_wide_pairs), the odd last row alone
+    [24, 2, 7, 32, 1, 1, 1, 1, 0, 0, 1, 1, 1, 3, 235, 2, 7],  # the same, one pair
     # Stride-2 convs of at most 4 channels read the input rows split into even and odd
     # columns (AVX-512 gemm_stem), in blocks of 128 output columns:
     [3, 11, 300, 20, 3, 3, 2, 2, 1, 1, 1, 1, 1, 2, 226, 6, 150],  # two column blocks (128

@@ -1108,8 +1108,15 @@ static void gemm_direct(const float *x, const float *w, const float *b, float *s
         off32[k] = k * ES_F32_TP;
     }
     if (use_cl(P, P, K, p->M, P)) {
-        const cl_src s = {x, NULL, off, NULL, P, P, 0, 0, 0, 0, 0, 0};
-        gemm_cl(&s, K, w, b, y, P, P, p);
+        /* The plane is one row of P pixels to gemm_cl, except a 7 x 7 plane: as rows of 7 it
+         * takes the two-row wide tiles (gemm_wide_pairs, 4 chunks of up to 14 pixels, where
+         * one row of 49 took 9 chunks of 64 channels x 5-6 pixels). Alone, random weights,
+         * Intel Xeon, per-call minima, two alternating rounds, one row / rows of 7: 1x1
+         * 160 -> 960 145-153 / 142-143 us, 96 -> 576 56.4-56.6 / 53.9-54.1, 320 -> 1280
+         * 364 / 359-362, 960 -> 320 261-262 / 260; 960 -> 160 and 576 -> 96 unchanged. */
+        const int ow = p->OW == 7 && p->OH >= 2 ? 7 : P;
+        const cl_src s = {x, NULL, off, NULL, ow, ow, 0, 0, 0, 0, 0, 0};
+        gemm_cl(&s, K, w, b, y, P, ow, p);
         return;
     }
     if (K >= ES_F32_PACK_K && p->M >= ES_F32_PACK_M) { /* tile by tile, packed copies */
