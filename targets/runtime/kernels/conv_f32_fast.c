@@ -1408,21 +1408,6 @@ static int stem_direct(const es_conv_params *p) {
 #define ES_F32_STEM_OB 128
 #define ES_F32_STEM_HALF (ES_F32_STEM_OB + 16)
 
-/* e[i] = xr[c0 + 2 i], e[ES_F32_STEM_HALF + i] = xr[c0 + 2 i + 1], zero outside [0, W) */
-static void stem_split_row(float *e, const float *xr, int c0, int W) {
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
-                                           28, 30);
-    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-    int q;
-    for (q = 0; q < ES_F32_STEM_HALF / 16; ++q) {
-        const int a = c0 + 32 * q;
-        const __m512 lo = _mm512_maskz_loadu_ps(es_f32_lanes(-a, W - a), xr + a);
-        const __m512 hi = _mm512_maskz_loadu_ps(es_f32_lanes(-a - 16, W - a - 16), xr + a + 16);
-        _mm512_storeu_ps(e + 16 * q, _mm512_permutex2var_ps(lo, even, hi));
-        _mm512_storeu_ps(e + ES_F32_STEM_HALF + 16 * q, _mm512_permutex2var_ps(lo, odd, hi));
-    }
-}
-
 /* Output row by row, 32 outputs at a time, every 8-channel block by the GEMM micro-kernel
  * (mk_f32_block) over the input rows under the output row, held split into their even and
  * odd columns (zero in the padding) in L1: tap (c, kh, 2 a + b) is column a of half b of
@@ -1448,8 +1433,11 @@ static void gemm_stem(const float *x, const float *w, const float *b, float *y,
                     if (held[slot] != ih) {
                         held[slot] = ih;
                         if (ih >= 0 && ih < p->H)
-                            stem_split_row(e, x + ((size_t)c * p->H + (size_t)ih) * p->W,
-                                           2 * ob - p->PL, p->W);
+                            es_f32_split2(e, e + ES_F32_STEM_HALF,
+                                          x + ((size_t)c * p->H + (size_t)ih) * p->W +
+                                              (2 * ob - p->PL),
+                                          p->PL - 2 * ob, p->W + p->PL - 2 * ob,
+                                          ES_F32_STEM_HALF);
                         else
                             memset(e, 0, sizeof(float) * 2 * ES_F32_STEM_HALF);
                     }
